@@ -1,0 +1,65 @@
+// Score transform and visibility, written once for every backend (see params.h for the
+// semantics). Backends use these per element or derive block ranges from them.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include "seqlen.h"
+
+namespace flashattn {
+
+struct MaskInfo {
+  int32_t seqlen_q, seqlen_k;
+  int32_t window_left, window_right;  // -1 = unbounded
+  // Diagonal offset of the bottom-right alignment: query i sits at key i + shift.
+  FLASHATTN_HOST_DEVICE int32_t shift() const { return seqlen_k - seqlen_q; }
+
+  FLASHATTN_HOST_DEVICE bool visible(int32_t i, int32_t j) const {
+    if (j < 0 || j >= seqlen_k) return false;
+    const int32_t c = i + shift();
+    if (window_left >= 0 && j < c - window_left) return false;
+    if (window_right >= 0 && j > c + window_right) return false;
+    return true;
+  }
+  // Visible keys of query row i are [key_begin(i), key_end(i)) (possibly empty).
+  FLASHATTN_HOST_DEVICE int32_t key_begin(int32_t i) const {
+    const int32_t lo = window_left >= 0 ? i + shift() - window_left : 0;
+    return lo < 0 ? 0 : (lo > seqlen_k ? seqlen_k : lo);
+  }
+  FLASHATTN_HOST_DEVICE int32_t key_end(int32_t i) const {
+    const int32_t hi = window_right >= 0 ? i + shift() + window_right + 1 : seqlen_k;
+    return hi < 0 ? 0 : (hi > seqlen_k ? seqlen_k : hi);
+  }
+  // Queries that see key j are [query_begin(j), query_end(j)) (the backward's key-block view).
+  FLASHATTN_HOST_DEVICE int32_t query_begin(int32_t j) const {
+    const int32_t lo = window_right >= 0 ? j - shift() - window_right : 0;
+    return lo < 0 ? 0 : (lo > seqlen_q ? seqlen_q : lo);
+  }
+  FLASHATTN_HOST_DEVICE int32_t query_end(int32_t j) const {
+    const int32_t hi = window_left >= 0 ? j - shift() + window_left + 1 : seqlen_q;
+    return hi < 0 ? 0 : (hi > seqlen_q ? seqlen_q : hi);
+  }
+};
+
+FLASHATTN_HOST_DEVICE MaskInfo mask_info(const FwdParams& p, const SeqInfo& s) {
+  return MaskInfo{s.seqlen_q, s.seqlen_k, p.window_left, p.window_right};
+}
+
+// ALiBi slope of (b, h); 0 when off.
+FLASHATTN_HOST_DEVICE float alibi_slope(const FwdParams& p, int b, int h) {
+  return p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
+}
+
+// s = q.k (raw dot product) -> the score before the mask, natural-log units:
+// scale, then softcap (softcap * tanh(s / softcap)), then ALiBi.
+FLASHATTN_HOST_DEVICE float transform_score(float qk, float scale, float softcap, float slope,
+                                            int32_t i, int32_t j, int32_t shift) {
+  float s = qk * scale;
+  if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+  if (slope != 0.f) {
+    const int32_t dist = i + shift - j;
+    s -= slope * static_cast<float>(dist < 0 ? -dist : dist);
+  }
+  return s;
+}
+
+}  // namespace flashattn
