@@ -4,11 +4,14 @@
 
 namespace flashattn::api {
 
+// `deterministic` in the forwards is unused by the kernels: autograd saves it for the
+// backward, so it travels inside the op graph (torch.compile-safe).
 // Padded layout: q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv).
 // Returns out (B, Sq, H, dv) in q's dtype and softmax_lse (B, H, Sq) fp32.
 inline constexpr const char* kFwdSchema =
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
-    "int window_right, float softcap, Tensor? alibi_slopes) -> (Tensor out, Tensor softmax_lse)";
+    "int window_right, float softcap, Tensor? alibi_slopes, bool deterministic=False) "
+    "-> (Tensor out, Tensor softmax_lse)";
 
 // Returns dq, dk, dv with the shapes and dtype of q, k, v (fresh contiguous tensors).
 inline constexpr const char* kBwdSchema =
@@ -21,8 +24,8 @@ inline constexpr const char* kBwdSchema =
 inline constexpr const char* kVarlenFwdSchema =
     "varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
-    "int window_left, int window_right, float softcap, Tensor? alibi_slopes) "
-    "-> (Tensor out, Tensor softmax_lse)";
+    "int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
+    "bool deterministic=False) -> (Tensor out, Tensor softmax_lse)";
 
 inline constexpr const char* kVarlenBwdSchema =
     "varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
