@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One call on the H200 (the device tool): build, GPU tests, sanitizer, benchmark; a short
+# table last. Stages (env STAGES, default all): abi build test sanitize bench.
+#   abi      : CPU tests with a build carried from a GPU-less machine (stable-ABI proof)
+#   build    : full build here (TORCH_CUDA_ARCH_LIST=9.0 by default), timed
+#   test     : the test suite on cuda + cpu
+#   sanitize : compute-sanitizer memcheck + racecheck over tools/sanitize_cases.py
+#   bench    : benchmarks/bench_attn.py -> $OUT/h200.json + h200.md
+# Extra arguments for pytest / the benchmark: PYTEST_ARGS, BENCH_ARGS.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+STAGES="${STAGES:-abi build test sanitize bench}"
+PY=python3
+summary=()
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+note() { summary+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+$PY -c "import torch,sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
+
+if has abi; then
+  if [ -f flashattn/_C.abi3.so ]; then
+    t0=$(date +%s)
+    CUDA_VISIBLE_DEVICES= PYTHONPATH=$PWD $PY -m pytest -q -p no:cacheprovider tests \
+      ${PYTEST_ARGS:-} > "$OUT/abi_cpu_tests.log" 2>&1
+    rc=$?
+    note "abi: carried build, CPU tests rc=$rc: $(tail -n 1 "$OUT/abi_cpu_tests.log") ($(( $(date +%s) - t0 )) s)"
+  else
+    note "abi: no carried flashattn/_C.abi3.so, skipped"
+  fi
+fi
+
+if has build; then
+  t0=$(date +%s)
+  export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" MAX_JOBS="${MAX_JOBS:-16}"
+  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+  rm -f flashattn/_C*.so
+  $PY -m pip install --no-build-isolation --no-deps -v -e . > "$OUT/build.log" 2>&1
+  rc=$?
+  note "build: rc=$rc in $(( $(date +%s) - t0 )) s (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST, $MAX_JOBS jobs)"
+  if [ $rc -ne 0 ]; then grep -E "error" "$OUT/build.log" | head -40; tail -n 30 "$OUT/build.log"; fi
+fi
+
+if has test; then
+  t0=$(date +%s)
+  $PY -m pytest -q -p no:cacheprovider tests ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1
+  rc=$?
+  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40
+  note "test: rc=$rc: $(tail -n 1 "$OUT/tests.log") ($(( $(date +%s) - t0 )) s)"
+fi
+
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    compute-sanitizer --tool $tool --error-exitcode 17 $PY tools/sanitize_cases.py \
+      > "$OUT/sanitize_$tool.log" 2>&1
+    rc=$?
+    note "sanitize $tool: rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
+  done
+fi
+
+if has bench; then
+  t0=$(date +%s)
+  $PY benchmarks/bench_attn.py --json "$OUT/h200.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  rc=$?
+  $PY benchmarks/make_table.py "$OUT/h200.json" > "$OUT/h200.md" 2>> "$OUT/bench.log"
+  note "bench: rc=$rc ($(( $(date +%s) - t0 )) s)"
+  tail -n 40 "$OUT/h200.md"
+fi
+
+echo; echo "==== summary"; printf '%s\n' "${summary[@]}"
