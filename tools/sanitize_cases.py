@@ -1,0 +1,44 @@
+"""Small CUDA cases for compute-sanitizer (memcheck / racecheck): every kernel on shapes
+with at least three K/V blocks, partial tiles, causal, window, GQA and varlen (with an
+empty sequence). Prints one line per case; exits non-zero on a Python-level failure."""
+import torch
+
+import flashattn
+
+torch.manual_seed(0)
+dev = "cuda"
+
+
+def run_padded(b, sq, sk, h, hk, d, dv, dtype, **kw):
+    q = torch.randn(b, sq, h, d, device=dev, dtype=dtype, requires_grad=True)
+    k = torch.randn(b, sk, hk, d, device=dev, dtype=dtype, requires_grad=True)
+    v = torch.randn(b, sk, hk, dv, device=dev, dtype=dtype, requires_grad=True)
+    out = flashattn.flash_attn_func(q, k, v, **kw)
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    print("padded", b, sq, sk, h, hk, d, dv, dtype, kw, "ok", flush=True)
+
+
+def run_varlen(lens_q, lens_k, h, hk, d, dtype, **kw):
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), device=dev, dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), device=dev, dtype=torch.int32)
+    q = torch.randn(sum(lens_q), h, d, device=dev, dtype=dtype, requires_grad=True)
+    k = torch.randn(sum(lens_k), hk, d, device=dev, dtype=dtype, requires_grad=True)
+    v = torch.randn(sum(lens_k), hk, d, device=dev, dtype=dtype, requires_grad=True)
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), **kw)
+    out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    print("varlen", lens_q, lens_k, h, hk, d, dtype, kw, "ok", flush=True)
+
+
+bf16, fp16 = torch.bfloat16, torch.float16
+run_padded(1, 300, 333, 2, 1, 64, 64, bf16)
+run_padded(1, 300, 333, 2, 2, 128, 128, fp16, causal=True)
+run_padded(2, 257, 390, 4, 2, 59, 59, bf16, window_size=(100, 20))
+run_padded(1, 200, 260, 2, 1, 192, 128, bf16, causal=True, softcap=30.0)
+run_padded(1, 130, 300, 2, 2, 256, 256, fp16, alibi_slopes=torch.rand(2, device=dev))
+run_padded(1, 129, 200, 2, 2, 32, 32, bf16, deterministic=True)
+run_padded(1, 150, 220, 2, 2, 96, 96, fp16, causal=True)
+run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 64, bf16, causal=True)
+run_varlen([1, 250], [260, 0], 2, 1, 128, fp16)
+print("all cases ran")
