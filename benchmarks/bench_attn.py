@@ -1,0 +1,181 @@
+"""The benchmark grid: flashattn against SDPA's flash, cuDNN and efficient backends.
+
+Grid (conventions.md): hidden 2048 (H = 2048/d), B = 16384/N, N in 512..16384,
+d in {64, 128, 256}, causal and not, fwd and bwd; TFLOP/s of the median CUDA-event time
+and our speed-up over each peer and the best one. Examples:
+  python benchmarks/bench_attn.py --json benchmarks/results/h200.json --plot /tmp/plots
+  python benchmarks/bench_attn.py --d 128 --N 2048 8192 --modes fwd   # a quick subset
+  python benchmarks/bench_attn.py --memory --modes                    # peak memory only
+  python benchmarks/bench_attn.py --device cpu --N 512 --tokens 512 --hidden 256  # dry run
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+from typing import Optional
+
+import torch
+
+from flashattn import bench
+
+MEMORY_N = (4096, 16384, 65536)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", nargs="*", default=["fwd", "bwd"], choices=["fwd", "bwd"],
+                        help="directions to time; none at all skips the timing grid")
+    parser.add_argument("--d", nargs="+", type=int, default=[64, 128, 256])
+    parser.add_argument("--N", nargs="+", type=int, default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--causal", nargs="+", type=int, default=[0, 1], choices=[0, 1])
+    parser.add_argument("--dtype", default="bf16", choices=sorted(bench.DTYPES))
+    parser.add_argument("--impls", nargs="+", help="keep only these implementations")
+    parser.add_argument("--tokens", type=int, default=16384, help="B * N of every cell")
+    parser.add_argument("--hidden", type=int, default=2048, help="H * d of every cell")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--warmup-ms", type=float, default=bench.Timing.warmup_ms)
+    parser.add_argument("--rep-ms", type=float, default=bench.Timing.rep_ms)
+    parser.add_argument("--json", metavar="PATH", help="write the header and rows as JSON")
+    parser.add_argument("--plot", metavar="DIR", help="write PNG charts (needs matplotlib)")
+    parser.add_argument("--commit", help="the project's commit, where git cannot tell "
+                        "(a copy of the tree without .git)")
+    parser.add_argument("--memory", action="store_true",
+                        help="peak extra memory of fwd+bwd, B=1 H=16 d=128, N in 4k/16k/64k")
+    return parser.parse_args()
+
+
+def git_commit() -> dict:
+    """The project's commit, and whether the working tree differs from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    try:
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "dirty": None}
+
+
+def header(device: torch.device, args: argparse.Namespace) -> dict:
+    cuda = device.type == "cuda"
+    props = torch.cuda.get_device_properties(device) if cuda else None
+    return {
+        "gpu": torch.cuda.get_device_name(device) if cuda else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **({"commit": args.commit, "dirty": None} if args.commit else git_commit()),
+        "device": str(device),
+        "sm_count": props.multi_processor_count if cuda else None,
+        "l2_bytes": bench.l2_bytes(device) if cuda else None,
+        "cpu_threads": torch.get_num_threads(),
+        "timing": {"warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms,
+                   "stat": "median of per-call times (CUDA events; wall clock on the CPU), "
+                           "spread = (p90 - p10) / median"},
+        "flops": "fwd 4*B*H*N*N*d (halved when causal), bwd 2.5x fwd",
+        "argv": sys.argv[1:],
+    }
+
+
+def peak_extra_memory(impl: bench.Impl, N: int, dtype: torch.dtype,
+                      device: torch.device) -> Optional[float]:
+    """MiB that fwd + bwd allocate at peak beyond their inputs q, k, v, dout (B=1, H=16,
+    d=128, not causal); None if the implementation rejects the cell."""
+    cell = bench.Cell("bwd", dtype, 128, False, N, B=1, H=16)
+
+    def run():
+        q, k, v = (torch.randn(cell.shape(impl.heads_first), device=device, dtype=dtype,
+                               requires_grad=True) for _ in range(3))
+        dout = torch.randn_like(q)
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        torch.autograd.grad(impl.fn(q, k, v, False), (q, k, v), dout)
+        return (torch.cuda.max_memory_allocated(device) - base) / 2**20
+
+    return bench.attempt(impl, cell, run)
+
+
+def memory_rows(impls: list, dtype: torch.dtype, device: torch.device) -> list:
+    print(f"\npeak extra memory of fwd+bwd (MiB), B=1 H=16 d=128, {bench.dtype_name(dtype)}")
+    print("  ".join(["N".rjust(6)] + [impl.name.rjust(10) for impl in impls]))
+    rows = []
+    for N in MEMORY_N:
+        rows.append({"N": N, "B": 1, "H": 16, "d": 128, "causal": False,
+                     **{impl.name: peak_extra_memory(impl, N, dtype, device) for impl in impls}})
+        print("  ".join([str(N).rjust(6)] + [
+            "null".rjust(10) if rows[-1][impl.name] is None else f"{rows[-1][impl.name]:10.0f}"
+            for impl in impls]), flush=True)
+    return rows
+
+
+def plot(rows: list, names: list, out_dir: str) -> None:
+    """One PNG per mode: TFLOP/s against N, a panel per (d, causal), a line per implementation."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib is not installed; no charts written", file=sys.stderr)
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    for mode in sorted({row["mode"] for row in rows}):
+        mode_rows = [row for row in rows if row["mode"] == mode]
+        ds = sorted({row["d"] for row in mode_rows})
+        causals = sorted({row["causal"] for row in mode_rows})
+        fig, axes = plt.subplots(len(ds), len(causals), squeeze=False, sharex=True,
+                                 figsize=(5 * len(causals), 3.5 * len(ds)))
+        for (d, causal), ax in zip([(d, c) for d in ds for c in causals], axes.flat):
+            cells = sorted((r for r in mode_rows if r["d"] == d and r["causal"] == causal),
+                           key=lambda r: r["N"])
+            for name in names:
+                points = [(r["N"], r[name]) for r in cells if r[name] is not None]
+                if points:
+                    ax.plot(*zip(*points), marker="o", label=name)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([r["N"] for r in cells], [str(r["N"]) for r in cells])
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{mode} d={d} {'causal' if causal else 'non-causal'}")
+            ax.set_xlabel("N")
+            ax.set_ylabel("TFLOP/s")
+            ax.grid(alpha=0.3)
+        axes.flat[0].legend()
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{mode}_{mode_rows[0]['dtype']}.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        print(f"wrote {path}")
+
+
+def main() -> None:
+    args = parse_args()
+    device = torch.device(args.device)
+    dtype = bench.DTYPES[args.dtype]
+    impls = bench.implementations(device, args.impls)
+    result = {"header": header(device, args), "rows": []}
+    print(f"flashattn vs SDPA on {result['header']['gpu'] or 'cpu'}, {args.dtype}, "
+          f"torch {torch.__version__}, commit {result['header']['commit'][:12]}")
+    if args.modes:
+        cells = [bench.grid_cell(mode, dtype, d, bool(causal), N, args.tokens, args.hidden)
+                 for mode in args.modes for d in args.d for causal in args.causal
+                 for N in args.N]
+        timing = bench.Timing(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+        result["rows"] = bench.run_cells(cells, impls, device, timing)
+    if args.memory:
+        if device.type == "cuda":
+            result["memory"] = memory_rows(impls, dtype, device)
+        else:
+            print("--memory needs a CUDA device; skipped", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot and result["rows"]:
+        plot(result["rows"], [impl.name for impl in impls], args.plot)
+
+
+if __name__ == "__main__":
+    main()

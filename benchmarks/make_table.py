@@ -1,0 +1,127 @@
+"""Markdown tables from a bench_attn.py JSON file (the benchmarks/results/*.md files).
+
+  python benchmarks/make_table.py benchmarks/results/h200.json > benchmarks/results/h200.md
+
+Per mode a table of the cells: TFLOP/s per implementation, our speed-up over the reference
+peer (sdpa_flash) and over the best peer of the cell; then a summary of those speed-ups
+(median and min) over the cells with d in {64, 128} and N >= 2048, and over all cells.
+Needs only the JSON (no torch, no flashattn build).
+"""
+
+import argparse
+import json
+import statistics
+
+OURS = "flashattn"
+REFERENCE = "sdpa_flash"
+
+
+def implementations(rows: list) -> list:
+    """Every implementation named in the rows (a name with a _ms_median key), in order."""
+    return list(dict.fromkeys(key.removesuffix("_ms_median") for row in rows for key in row
+                              if key.endswith("_ms_median")))
+
+
+def speedups(row: dict, peers: list, reference: str) -> tuple:
+    """Our TFLOP/s over the reference peer's and over the best peer's (None where missing),
+    and the best peer's name."""
+    ran = [peer for peer in peers if row.get(peer)]
+    best = max(ran, key=lambda peer: row[peer]) if ran else None
+    ours = row.get(OURS)
+    def over(peer):
+        return ours / row[peer] if ours and peer and row.get(peer) else None
+    return over(reference), over(best), best
+
+
+def fmt(value, spec: str = ".4g") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def cell_table(rows: list, names: list, reference: str) -> list:
+    peers = [name for name in names if name != OURS]
+    lines = ["| d | causal | N | B | H | path | " + " | ".join(names)
+             + f" | ×{reference} | ×best | best peer |",
+             "|" + "---:|" * 5 + ":---|" + "---:|" * (len(names) + 2) + ":---|"]
+    for row in sorted(rows, key=lambda r: (r["d"], r["causal"], r["N"])):
+        over_ref, over_best, best = speedups(row, peers, reference)
+        cells = [row["d"], "yes" if row["causal"] else "no", row["N"], row["B"], row["H"],
+                 row.get("path") or "—"] + [fmt(row.get(name)) for name in names] + \
+                [fmt(over_ref, ".2f"), fmt(over_best, ".2f"), best or "—"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return lines
+
+
+def summary_table(rows: list, names: list, reference: str) -> list:
+    peers = [name for name in names if name != OURS]
+    subsets = (("d ∈ {64, 128}, N ≥ 2048", lambda r: r["d"] in (64, 128) and r["N"] >= 2048),
+               ("whole grid", lambda r: True))
+    lines = [f"| mode | subset | cells | median ×{reference} | min ×{reference} "
+             "| median ×best | min ×best |", "|---|---|---:|---:|---:|---:|---:|"]
+    for mode in sorted({row["mode"] for row in rows}, key=["fwd", "bwd"].index):
+        for label, keep in subsets:
+            ratios = [speedups(r, peers, reference) for r in rows if r["mode"] == mode and keep(r)]
+            stats = []
+            for i in (0, 1):  # over the reference, over the best peer
+                values = [ratio[i] for ratio in ratios if ratio[i] is not None]
+                stats += [statistics.median(values), min(values)] if values else [None, None]
+            lines.append(f"| {mode} | {label} | {len(ratios)} | "
+                         + " | ".join(fmt(s, ".2f") for s in stats) + " |")
+    return lines
+
+
+def memory_table(rows: list) -> list:
+    names = [key for key in rows[0] if key not in ("N", "B", "H", "d", "causal")]
+    lines = ["| N | " + " | ".join(names) + " |", "|" + "---:|" * (1 + len(names))]
+    lines += ["| " + " | ".join([str(r["N"])] + [fmt(r[n], ".0f") for n in names]) + " |"
+              for r in rows]
+    return lines
+
+
+def spread_note(rows: list, names: list) -> str:
+    spreads = [row[f"{name}_ms_spread"] for row in rows for name in names
+               if row.get(f"{name}_ms_spread") is not None]
+    if not spreads:
+        return ""
+    return (f"Spread of the per-call times, (p90 − p10) / median: median "
+            f"{statistics.median(spreads):.1%}, max {max(spreads):.1%}.")
+
+
+def markdown(result: dict, reference: str) -> str:
+    head, rows = result["header"], result["rows"]
+    names = implementations(rows)
+    if reference not in names:
+        reference = next((name for name in names if name != OURS), reference)
+    dirty = " (+ uncommitted changes)" if head.get("dirty") else ""
+    out = [f"# flashattn vs SDPA on {head.get('gpu') or head.get('device')}", "",
+           f"torch {head['torch']}, CUDA {head['cuda']}, cuDNN {head['cudnn']}, "
+           f"{head['date']}, commit {head['commit'][:12]}{dirty}.", ""]
+    if rows:
+        out += ["TFLOP/s (fwd 4·B·H·N²·d, halved when causal; bwd 2.5× fwd) of the median "
+                "time; "
+                "×peer = our speed over the peer's (> 1: faster); "
+                f"H·d = {rows[0]['H'] * rows[0]['d']}, B·N = {rows[0]['B'] * rows[0]['N']}; "
+                "— = the implementation rejects the cell.", ""]
+    for mode in sorted({row["mode"] for row in rows}, key=["fwd", "bwd"].index):
+        for dtype in sorted({row["dtype"] for row in rows}):
+            cells = [r for r in rows if r["mode"] == mode and r["dtype"] == dtype]
+            out += [f"## {mode}, {dtype}", ""] + cell_table(cells, names, reference) + [""]
+    if rows:
+        out += ["## Summary", ""] + summary_table(rows, names, reference)
+        out += ["", spread_note(rows, names), ""]
+    if result.get("memory"):
+        out += ["## Peak extra memory of fwd+bwd (MiB), B=1, H=16, d=128", ""]
+        out += memory_table(result["memory"]) + [""]
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", help="a file written by bench_attn.py --json")
+    parser.add_argument("--reference", default=REFERENCE, help="the peer of the ×ref column")
+    args = parser.parse_args()
+    with open(args.json) as f:
+        print(markdown(json.load(f), args.reference))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,310 @@
+"""Side-by-side timing of flashattn against torch's SDPA backends.
+
+`python -m flashattn.bench` runs a small grid: on a GPU a few cells of the benchmark grid
+(bf16, fwd and bwd) against SDPA's flash, cuDNN and efficient backends; without one the
+CPU backend against torch's CPU SDPA. benchmarks/bench_attn.py runs the full grid with
+the timing and FLOP code of this module (the package cannot import benchmarks/).
+"""
+
+import contextlib
+import math
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, ContextManager, Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn
+
+OURS = "flashattn"
+# The SDPA peers, each forced to one backend: (name, backend).
+SDPA_PEERS = (
+    ("sdpa_flash", SDPBackend.FLASH_ATTENTION),
+    ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
+    ("sdpa_eff", SDPBackend.EFFICIENT_ATTENTION),
+)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DEFAULT_L2_BYTES = 60 * 2**20  # H100/H200; used when the device does not report it
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return next(name for name, value in DTYPES.items() if value == dtype)
+
+
+def attn_flops(mode: str, batch: int, heads: int, seqlen: int, head_dim: int,
+               causal: bool) -> float:
+    """FLOPs as the FlashAttention papers count them: fwd 4*B*H*N*N*d, halved when causal;
+    bwd 2.5x fwd."""
+    flops = 4.0 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+    return flops * (2.5 if mode == "bwd" else 1.0)
+
+
+def median_spread(times_ms: list) -> tuple:
+    """Median and relative spread (p90 - p10) / median of per-call times."""
+    median = statistics.median(times_ms)
+    if len(times_ms) < 2:
+        return median, 0.0
+    deciles = statistics.quantiles(times_ms, n=10, method="inclusive")
+    return median, (deciles[-1] - deciles[0]) / median
+
+
+def _timed_calls(calls: list, n: int, device: torch.device) -> list:
+    """Per-call times in ms of n calls, rotating through `calls`: CUDA events on a GPU,
+    the wall clock on the CPU."""
+    if device.type != "cuda":
+        times = []
+        for i in range(n):
+            start = time.perf_counter()
+            calls[i % len(calls)]()
+            times.append((time.perf_counter() - start) * 1e3)
+        return times
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(n)]
+    for i, (start, end) in enumerate(events):
+        start.record()
+        calls[i % len(calls)]()
+        end.record()
+    torch.cuda.synchronize(device)
+    return [start.elapsed_time(end) for start, end in events]
+
+
+@dataclass
+class Timing:
+    """How long to warm up and measure: the call counts follow from a first timed call."""
+    warmup_ms: float = 50.0
+    rep_ms: float = 200.0
+    min_reps: int = 10
+    max_reps: int = 200
+
+
+def time_calls(calls: list, device: torch.device, timing: Timing) -> list:
+    """Per-call times in ms after warm-up; the first call (handle creation, plan building,
+    allocations) is never timed."""
+    calls[0]()
+    if timing.warmup_ms > 0 or timing.rep_ms > 0:
+        estimate = max(statistics.median(_timed_calls(calls, 3, device)), 1e-3)
+        _timed_calls(calls, int(timing.warmup_ms / estimate), device)
+        n = int(timing.rep_ms / estimate)
+    else:
+        n = 0
+    return _timed_calls(calls, min(max(n, timing.min_reps), timing.max_reps), device)
+
+
+@dataclass
+class Impl:
+    """One attention implementation: fn(q, k, v, causal) -> out on its own layout, run
+    inside context() (forward and backward alike)."""
+    name: str
+    fn: Callable
+    heads_first: bool  # SDPA wants contiguous (B, H, N, d); ours takes (B, N, H, d)
+    context: Callable[[], ContextManager] = contextlib.nullcontext
+
+
+def _sdpa(q, k, v, causal):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _ours(q, k, v, causal):
+    return flashattn.flash_attn_func(q, k, v, causal=causal)
+
+
+def implementations(device: torch.device, names: Optional[list] = None) -> list:
+    """Ours and the SDPA peers: on a GPU each SDPA backend forced, on the CPU torch's
+    default CPU SDPA (named "sdpa"). `names` keeps only those named."""
+    impls = [Impl(OURS, _ours, heads_first=False)]
+    if device.type == "cuda":
+        impls += [Impl(name, _sdpa, True, lambda b=backend: sdpa_kernel(b))
+                  for name, backend in SDPA_PEERS]
+    else:
+        impls.append(Impl("sdpa", _sdpa, heads_first=True))
+    return [impl for impl in impls if names is None or impl.name in names]
+
+
+@dataclass
+class Cell:
+    """One benchmark cell: self-attention of B sequences of N tokens, H heads of dim d."""
+    mode: str  # "fwd" or "bwd"
+    dtype: torch.dtype
+    d: int
+    causal: bool
+    N: int
+    B: int
+    H: int
+
+    def shape(self, heads_first: bool) -> tuple:
+        if heads_first:
+            return (self.B, self.H, self.N, self.d)
+        return (self.B, self.N, self.H, self.d)
+
+    def __str__(self) -> str:
+        return f"{self.mode} d={self.d} causal={int(self.causal)} N={self.N} B={self.B} H={self.H}"
+
+    def flops(self) -> float:
+        return attn_flops(self.mode, self.B, self.H, self.N, self.d, self.causal)
+
+
+def _make_call(impl: Impl, cell: Cell, device: torch.device) -> tuple:
+    """A call timing `impl` on one fresh random input set, and the bytes each call reads.
+    bwd: the forward graph is built once and kept; each call is torch.autograd.grad."""
+    grad = cell.mode == "bwd"
+    q, k, v = (torch.randn(cell.shape(impl.heads_first), device=device, dtype=cell.dtype,
+                           requires_grad=grad) for _ in range(3))
+    nbytes = q.numel() * q.element_size()
+    if not grad:
+        return (lambda: impl.fn(q, k, v, cell.causal)), 3 * nbytes
+    out = impl.fn(q, k, v, cell.causal)
+    dout = torch.randn_like(out)
+    return (lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)), 5 * nbytes
+
+
+def l2_bytes(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", DEFAULT_L2_BYTES)
+
+
+_reported = set()  # (implementation, reason) pairs already noted on stderr
+
+
+def attempt(impl: Impl, cell: Cell, fn: Callable):
+    """fn() inside impl's context; None if the implementation rejects the cell (the
+    first cell it rejects for a given reason is noted on stderr)."""
+    try:
+        with impl.context(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SDPA warns at length before it rejects
+            return fn()
+    except RuntimeError as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        if (impl.name, reason) not in _reported:
+            _reported.add((impl.name, reason))
+            print(f"  {impl.name} rejects {cell}: {reason} (not repeated for later cells)",
+                  file=sys.stderr)
+        return None
+
+
+def measure(impl: Impl, cell: Cell, device: torch.device, timing: Timing) -> Optional[list]:
+    """Per-call times in ms of `impl` on `cell` (None if it rejects the cell), rotating
+    among enough input sets to hold more than twice the L2."""
+    def run():
+        call, nbytes = _make_call(impl, cell, device)
+        n_sets = min(max(math.ceil(2 * l2_bytes(device) / nbytes), 1), 16)
+        calls = [call] + [_make_call(impl, cell, device)[0] for _ in range(n_sets - 1)]
+        return time_calls(calls, device, timing)
+    return attempt(impl, cell, run)
+
+
+def kernel_path(cell: Cell, device: torch.device) -> Optional[str]:
+    """flashattn.kernel_path for the cell's inputs; None while the API lacks it or when no
+    kernel takes the cell (measuring ours then says why)."""
+    path_fn = getattr(flashattn, "kernel_path", None)
+    q = torch.empty(cell.shape(heads_first=False), device=device, dtype=cell.dtype)
+    try:
+        return path_fn(q, q, q, causal=cell.causal) if path_fn else None
+    except RuntimeError:
+        return None
+
+
+def bench_cell(impls: list, cell: Cell, device: torch.device, timing: Timing) -> dict:
+    """One JSON row: the cell, ours' kernel path, and per implementation TFLOP/s plus the
+    median and spread of its times (None where it rejects the cell)."""
+    row = {"mode": cell.mode, "dtype": dtype_name(cell.dtype), "d": cell.d,
+           "causal": cell.causal, "N": cell.N, "B": cell.B, "H": cell.H,
+           "path": kernel_path(cell, device)}
+    for impl in impls:
+        times = measure(impl, cell, device, timing)
+        median, spread = median_spread(times) if times else (None, None)
+        row[impl.name] = cell.flops() / (median * 1e-3) / 1e12 if times else None
+        row[f"{impl.name}_ms_median"] = median
+        row[f"{impl.name}_ms_spread"] = spread
+    return row
+
+
+def speedup(row: dict, peer: str) -> Optional[float]:
+    """Our TFLOP/s over the peer's (> 1: ours is faster); None if either is missing."""
+    ours, theirs = row.get(OURS), row.get(peer)
+    return ours / theirs if ours and theirs else None
+
+
+def best_peer(row: dict, peers: list) -> Optional[str]:
+    """The fastest peer that ran the cell."""
+    ran = [peer for peer in peers if row.get(peer)]
+    return max(ran, key=lambda peer: row[peer]) if ran else None
+
+
+class TablePrinter:
+    """A fixed-width text table printed row by row, as the cells finish. Shows per
+    implementation TFLOP/s (or median ms, unit="ms") and our speed-up over each peer."""
+
+    def __init__(self, names: list, unit: str = "TFLOP/s"):
+        self.names, self.unit = names, unit
+        self.peers = [name for name in names if name != OURS]
+        ratios = [f"x_{peer.removeprefix('sdpa_')}" for peer in self.peers]
+        if len(self.peers) > 1:
+            ratios.append("x_best")
+        self.columns = ["mode", "d", "causal", "N", "B", "H", "path"] + names + ratios
+        self.widths = [4, 3, 6, 5, 3, 3, 14] + [max(len(n), 10) for n in names] + [8] * len(ratios)
+
+    def _line(self, cells: list) -> str:
+        return "  ".join(str(c).rjust(w) for c, w in zip(cells, self.widths))
+
+    def header(self) -> str:
+        return f"{self.unit} per implementation; x<peer> = our speed over the peer's\n" + \
+            self._line(self.columns)
+
+    def row(self, row: dict) -> str:
+        def num(value, fmt=".4g"):
+            return "null" if value is None else format(value, fmt)
+        key = "{}" if self.unit == "TFLOP/s" else "{}_ms_median"
+        values = [num(row[key.format(name)]) for name in self.names]
+        ratios = [speedup(row, peer) for peer in self.peers]
+        if len(self.peers) > 1:
+            best = best_peer(row, self.peers)
+            ratios.append(speedup(row, best) if best else None)
+        cells = [row["mode"], row["d"], int(row["causal"]), row["N"], row["B"], row["H"],
+                 (row["path"] or "-")[:14]]
+        return self._line(cells + values + [num(r, ".3f") for r in ratios])
+
+
+def run_cells(cells: list, impls: list, device: torch.device, timing: Timing,
+              unit: str = "TFLOP/s") -> list:
+    """Benchmarks each cell, printing the table as it goes; returns the rows."""
+    table = TablePrinter([impl.name for impl in impls], unit)
+    print(table.header(), flush=True)
+    rows = []
+    for cell in cells:
+        rows.append(bench_cell(impls, cell, device, timing))
+        print(table.row(rows[-1]), flush=True)
+    return rows
+
+
+def grid_cell(mode: str, dtype: torch.dtype, d: int, causal: bool, N: int,
+              tokens: int = 16384, hidden: int = 2048) -> Cell:
+    """A cell of the benchmark grid: B = tokens / N sequences, H = hidden / d heads."""
+    return Cell(mode, dtype, d, causal, N, B=max(tokens // N, 1), H=max(hidden // d, 1))
+
+
+def main() -> None:
+    if torch.cuda.is_available():
+        device = torch.device("cuda")
+        print(f"flashattn vs SDPA on {torch.cuda.get_device_name(device)}, bf16, "
+              "hidden 2048, 16k tokens per batch")
+        cells = [grid_cell(mode, torch.bfloat16, d, causal, N) for mode in ("fwd", "bwd")
+                 for d in (64, 128) for causal in (False, True) for N in (2048, 8192)]
+        run_cells(cells, implementations(device), device, Timing(warmup_ms=25, rep_ms=100))
+    else:
+        device = torch.device("cpu")
+        print(f"flashattn CPU backend vs torch CPU SDPA, fp32, {torch.get_num_threads()} "
+              "threads, median wall time (ms) of 3 calls after one warm-up")
+        cells = [Cell(mode, torch.float32, 64, False, N, B=1, H=8)
+                 for mode in ("fwd", "bwd") for N in (1024, 2048, 4096)]
+        timing = Timing(warmup_ms=0, rep_ms=0, min_reps=3)
+        run_cells(cells, implementations(device), device, timing, unit="ms")
+
+
+if __name__ == "__main__":
+    main()
