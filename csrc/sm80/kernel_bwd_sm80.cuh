@@ -1,0 +1,541 @@
+// The sm80 backward main kernel (FA2's recomputing backward, written with mma.sync).
+// One CTA per (key block, query head, batch): K and V stay in smem, dK / dV accumulate in
+// registers over the query blocks that see the key block; Q, dO, LSE and D stream through a
+// 2-stage cp.async pipeline. Warps compute S^T = K Q^T and dP^T = V dO^T (key rows x query
+// cols), the transposes dV += P^T dO and dK += dS^T Q need as A operands: straight from
+// registers when a warp owns whole key rows (Tile::kPInRegs), else through smem as in FA2.
+// dQ += dS K reads dS^T from smem and adds into the fp32 workspace with atomics.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cmath>
+#include <cstdint>
+#include "../common/mask.h"
+#include "../common/params.h"
+#include "../common/seqlen.h"
+#include "kernel_bwd_aux_sm80.cuh"
+#include "primitives_bwd_sm80.cuh"
+#include "tile_bwd_sm80.h"
+
+namespace flashattn::sm80 {
+
+namespace bwd_detail {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Query-block range [first, second) of key block n: the union over its keys of the
+// visible query rows (a band, so contiguous). Empty ranges are pinned to 0 (keys left of
+// every query's window) or m_blocks (right of it) so that `second` stays non-decreasing in
+// n: the deterministic mode's ordering (first contributor of a query block) relies on it.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int2 m_range(const MaskInfo& mi, int n, int m_blocks) {
+  const int j0 = n * kBlockN;
+  const int j1 = min(j0 + kBlockN, mi.seqlen_k) - 1;
+  if (j0 >= mi.seqlen_k) return make_int2(m_blocks, m_blocks);
+  const int qb = mi.query_begin(j0), qe = mi.query_end(j1);
+  if (qb >= qe) {
+    const int v = qb == 0 ? 0 : m_blocks;
+    return make_int2(v, v);
+  }
+  return make_int2(qb / kBlockM, (qe + kBlockM - 1) / kBlockM);
+}
+
+// Rank of key block n among the key blocks that add into query block m, in the fixed
+// deterministic order. They are a contiguous range [lo, hi] (m_range's ends are monotone),
+// found by binary search. Ascending order, except with a right-bounded window (causal),
+// where key block n reaches query block m about (n_hi - n) * kBlockN / kBlockM steps after
+// n_hi does: descending order there means nobody waits for a CTA that is behind it.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int contributor_rank(const MaskInfo& mi, int n, int m, int m_blocks,
+                                                int n_blocks, bool descending) {
+  int lo = 0, hi = n_blocks;  // first index whose range end (or start) passes m
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    const int2 r = m_range<kBlockM, kBlockN>(mi, mid, m_blocks);
+    if ((descending ? r.x : r.y) > m) hi = mid; else lo = mid + 1;
+  }
+  return descending ? (lo - 1) - n : n - lo;
+}
+
+// kRows x kCols tile from global (row stride in elements) into swizzled smem; rows >=
+// rows_valid and columns >= cols_valid read as zero. cp.async when `aligned`, else
+// synchronous scalar loads (2-byte-aligned inputs, head dims with a tail). When the CTA
+// covers whole rows per pass (kThreads a multiple of the chunks per row) each thread keeps
+// one column and steps its row by a constant: one pointer and one smem offset, not one
+// per pass (this runs in the main loop, where registers are short).
+template <int kRows, int kCols, int kThreads, typename Element>
+__device__ __forceinline__ void load_tile(Element* smem, const Element* gmem, int64_t row_stride,
+                                          int rows_valid, int cols_valid, bool aligned,
+                                          int tid) {
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr bool kUniform = kThreads % kChunksPerRow == 0 && kChunks % kThreads == 0 &&
+                            (kThreads / kChunksPerRow) % 8 == 0;
+  constexpr int kPasses = (kChunks + kThreads - 1) / kThreads;
+  auto copy = [&](Element* dst, const Element* src, int nvalid) {
+    if (aligned) {
+      cp_async_16_n(smem_u32(dst), src, nvalid * 2);
+    } else {
+      uint4 raw;
+      uint16_t* e = reinterpret_cast<uint16_t*>(&raw);
+      const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) e[i] = i < nvalid ? s16[i] : uint16_t(0);
+      *reinterpret_cast<uint4*>(dst) = raw;
+    }
+  };
+  if constexpr (kUniform) {
+    constexpr int kRowStep = kThreads / kChunksPerRow;  // multiple of 8: swizzle unchanged
+    const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
+    int ncol = cols_valid - col;
+    ncol = ncol < 0 ? 0 : (ncol > 8 ? 8 : ncol);
+    Element* dst = smem + swz<kCols>(r0, col);
+    const Element* src = gmem + r0 * row_stride + col;
+    const int64_t step = kRowStep * row_stride;
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      const bool valid = r0 + it * kRowStep < rows_valid && ncol > 0;
+      copy(dst + it * kRowStep * kCols, valid ? src : gmem, valid ? ncol : 0);
+      src += step;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      const int idx = tid + it * kThreads;
+      if (kChunks % kThreads != 0 && idx >= kChunks) break;
+      const int r = idx / kChunksPerRow, col = (idx % kChunksPerRow) * 8;
+      int nvalid = r < rows_valid ? cols_valid - col : 0;
+      nvalid = nvalid < 0 ? 0 : (nvalid > 8 ? 8 : nvalid);
+      copy(smem + swz<kCols>(r, col), nvalid > 0 ? gmem + r * row_stride + col : gmem, nvalid);
+    }
+  }
+}
+
+// Rank of key block n at query block m when every key block visits all M query blocks
+// rotated (n visits m at step (m - n) mod M): the CTAs that reached m at an earlier step,
+// then those at the same step with a lower n (n' = n mod M when n_blocks > M).
+__device__ __forceinline__ int rotated_rank(int n, int m, int M, int n_blocks) {
+  const int t = ((m - n) % M + M) % M;
+  const int q = n_blocks / M, r0 = n_blocks % M;
+  int low = 0;  // residues (m - u) mod M, u in [0, t), that are < r0
+  if (t > 0) {
+    const int start = ((m - t + 1) % M + M) % M, end = start + t;
+    low = max(0, min(end, r0) - start) + max(0, min(end, M + r0) - max(start, M));
+  }
+  return t * q + low + n / M;
+}
+
+// Stores a warp's fp32 accumulator tile (rows x cols, C-fragment layout) as Element rows.
+template <int kMT, int kNT, typename Element>
+__device__ __forceinline__ void store_acc(const float (&acc)[kMT][kNT][4], Element* gmem,
+                                          int64_t row_stride, int row0, int col0,
+                                          int rows_valid, int cols_valid, float scale,
+                                          bool pair_ok, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row0 + mi * 16 + lane / 4 + half * 8;
+      if (r >= rows_valid) continue;
+      Element* row = gmem + r * row_stride;
+#pragma unroll
+      for (int ni = 0; ni < kNT; ++ni) {
+        const int c = col0 + ni * 8 + (lane % 4) * 2;
+        const float v0 = acc[mi][ni][half * 2] * scale, v1 = acc[mi][ni][half * 2 + 1] * scale;
+        if (pair_ok && c + 1 < cols_valid) {
+          *reinterpret_cast<uint32_t*>(row + c) = pack2<Element>(v0, v1);
+        } else {
+          if (c < cols_valid) row[c] = from_float<Element>(v0);
+          if (c + 1 < cols_valid) row[c + 1] = from_float<Element>(v1);
+        }
+      }
+    }
+}
+
+// Adds a warp's accumulator tile (times scale) into an fp32 [rows][heads][kDim] buffer.
+template <int kMT, int kNT, int kDim>
+__device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* gmem,
+                                        int64_t row_stride, int row0, int col0, int rows_valid,
+                                        float scale, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row0 + mi * 16 + lane / 4 + half * 8;
+      if (r >= rows_valid) continue;
+      float* row = gmem + r * row_stride;
+#pragma unroll
+      for (int ni = 0; ni < kNT; ++ni) {
+        const int c = col0 + ni * 8 + (lane % 4) * 2;
+        red_add_f32x2(row + c, acc[mi][ni][half * 2] * scale, acc[mi][ni][half * 2 + 1] * scale);
+      }
+    }
+}
+
+template <typename Tile, typename Element, bool Has_softcap>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    bwd_main_kernel(const __grid_constant__ BwdArgs args) {
+  constexpr int kD = Tile::kHeadDim, kBM = Tile::kBlockM, kBN = Tile::kBlockN;
+  constexpr int kThreads = Tile::kThreads;
+  // Per-warp fragment counts: SdP tile (kTileNSdP x kTileMSdP), dKV, dQ.
+  constexpr int kMT1 = Tile::kTileNSdP / 16, kNT1 = Tile::kTileMSdP / 8;
+  constexpr int kMT2 = Tile::kTileNdKV / 16, kNT2 = Tile::kTileDdKV / 8;
+  constexpr int kMT3 = Tile::kTileMdQ / 16, kNT3 = Tile::kTileDdQ / 8;
+  static_assert(!Tile::kPInRegs || (kMT1 == kMT2 && kNT1 * 8 == kBM),
+                "registers path: the SdP and dKV warp tiles cover the same key rows");
+
+  const BwdParams& p = args.p;
+  // Deterministic + right-bounded window: key blocks run in descending order (see
+  // contributor_rank), so the grid is walked backwards too: a CTA only ever waits on CTAs
+  // with lower linear indices, which the hardware has launched before it.
+  const bool descending = args.dq_sem != nullptr && p.window_right >= 0;
+  const int n_block = descending ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const SeqInfo si = seq_info_clamped(p, b);
+  const int sq = si.seqlen_q, sk = si.seqlen_k;
+  const int n0 = n_block * kBN;
+  if (n0 >= sk) return;  // varlen: this key block lies past the sequence (no rows to own)
+
+  extern __shared__ __align__(128) uint4 smem_u4[];
+  Element* sQ = reinterpret_cast<Element*>(smem_u4);
+  Element* sdO = sQ + Tile::kSmemQ;
+  Element* sK = sdO + Tile::kSmemdO;
+  Element* sV = sK + Tile::kSmemK;
+  Element* sdS = sV + Tile::kSmemV;
+  Element* sP = sdS + Tile::kSmemdS;  // unused (size 0) when P stays in registers
+  float* sLse = reinterpret_cast<float*>(sP + Tile::kSmemP);
+  float* sDsum = sLse + Tile::kStages * kBM;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int hk = h / args.group;
+  const MaskInfo mi{sq, sk, p.window_left, p.window_right};
+  const int m_blocks = (sq + kBM - 1) / kBM;
+  const int2 mr = m_range<kBM, kBN>(mi, n_block, m_blocks);
+  const int m_begin = mr.x, m_end = mr.y;
+  // Visiting order: m_begin, m_begin + 1, ... or, without a window (every key block sees
+  // every query block), rotated to start at n_block: CTAs of one head then add into
+  // different dQ rows at any time instead of all into the same ones.
+  const int m_len = m_end - m_begin;
+  const int m_rot = (args.rotate && m_len > 0) ? n_block % m_len : 0;
+  auto m_at = [&](int k) { const int r = k + m_rot; return m_begin + (r >= m_len ? r - m_len : r); };
+
+  const Element* q_g = static_cast<const Element*>(p.q_ptr) + b * p.q_batch_stride +
+                       si.q_row0 * p.q_row_stride + h * p.q_head_stride;
+  const Element* do_g = static_cast<const Element*>(p.do_ptr) + b * p.do_batch_stride +
+                        si.q_row0 * p.do_row_stride + h * p.do_head_stride;
+  const Element* k_g = static_cast<const Element*>(p.k_ptr) + b * p.k_batch_stride +
+                       (si.k_row0 + n0) * p.k_row_stride + hk * p.k_head_stride;
+  const Element* v_g = static_cast<const Element*>(p.v_ptr) + b * p.v_batch_stride +
+                       (si.k_row0 + n0) * p.v_row_stride + hk * p.v_head_stride;
+  const float* lse_g = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
+  const float* dsum_g =
+      p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
+  const int64_t dq_row_stride = int64_t(p.nheads) * kD;
+  float* dq_acc = args.dq_accum + (q_row_global(p, b, si) * p.nheads + h) * kD;
+  const bool aligned = args.aligned_in;
+
+  // Loads of query block m into stage st: Q, dO, and the LSE / D of its rows.
+  auto load_q_block = [&](int m, int st) {
+    const int m0 = m * kBM;
+    load_tile<kBM, kD, kThreads>(sQ + st * kBM * kD, q_g + m0 * p.q_row_stride, p.q_row_stride,
+                                 sq - m0, p.headdim, aligned, tid);
+    load_tile<kBM, kD, kThreads>(sdO + st * kBM * kD, do_g + m0 * p.do_row_stride,
+                                 p.do_row_stride, sq - m0, p.headdim_v, aligned, tid);
+    if (tid < kBM) {
+      const bool valid = m0 + tid < sq;
+      cp_async_4(smem_u32(sLse + st * kBM + tid), valid ? lse_g + m0 + tid : lse_g, valid);
+      cp_async_4(smem_u32(sDsum + st * kBM + tid), valid ? dsum_g + m0 + tid : dsum_g, valid);
+    }
+  };
+
+  // dK / dV accumulators of this warp's rows of the key block.
+  float acc_dk[kMT2][kNT2][4], acc_dv[kMT2][kNT2][4];
+#pragma unroll
+  for (int a = 0; a < kMT2; ++a)
+#pragma unroll
+    for (int c = 0; c < kNT2; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[a][c][e] = acc_dv[a][c][e] = 0.f;
+
+  if (m_begin < m_end) {
+    load_tile<kBN, kD, kThreads>(sK, k_g, p.k_row_stride, sk - n0, p.headdim, aligned, tid);
+    load_tile<kBN, kD, kThreads>(sV, v_g, p.v_row_stride, sk - n0, p.headdim_v, aligned, tid);
+    load_q_block(m_begin + m_rot, 0);
+    cp_async_commit();
+  }
+
+  // Warp positions in the three layouts.
+  const int wn1 = warp / Tile::kWarpsMSdP, wm1 = warp % Tile::kWarpsMSdP;
+  const int wn2 = warp / Tile::kWarpsDdKV, wd2 = warp % Tile::kWarpsDdKV;
+  const int wm3 = warp / Tile::kWarpsDdQ, wd3 = warp % Tile::kWarpsDdQ;
+  // Per-lane ldmatrix patterns (see SwzLane): S^T/dP^T A (K, V) and B (Q, dO); dV/dK
+  // A (sP, sdS: smem path) and B (dO, Q, transposed); dQ A (sdS, transposed), B (K, transposed).
+  const SwzLane<kD, true> ix_sdp_a(wn1 * Tile::kTileNSdP + (lane & 15), (lane >> 4) * 8);
+  const SwzLane<kD, true> ix_sdp_b(
+      wm1 * Tile::kTileMSdP + (lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8);
+  const SwzLane<kBM, true> ix_dkv_a(wn2 * Tile::kTileNdKV + (lane & 15), (lane >> 4) * 8);
+  const SwzLane<kD, Tile::kTileDdKV % kSwzGroupCols<kD> == 0> ix_dkv_b(
+      (lane & 7) + ((lane >> 3) & 1) * 8, wd2 * Tile::kTileDdKV + (lane >> 4) * 8);
+  const SwzLane<kBM, Tile::kTileMdQ % kSwzGroupCols<kBM> == 0> ix_dq_a(
+      (lane & 7) + (lane >> 4) * 8, wm3 * Tile::kTileMdQ + ((lane >> 3) & 1) * 8);
+  const SwzLane<kD, Tile::kTileDdQ % kSwzGroupCols<kD> == 0> ix_dq_b(
+      (lane & 7) + ((lane >> 3) & 1) * 8, wd3 * Tile::kTileDdQ + (lane >> 4) * 8);
+  const float slope_log2 = alibi_slope(p, b, h) * kLog2e;
+  const float scale_log2 = p.softmax_scale_log2;
+  const float cap = p.softcap;
+  const float scale_over_cap = Has_softcap ? p.softmax_scale / cap : 0.f;
+  const float cap_log2 = cap * kLog2e;
+  const int shift = mi.shift();
+  // Deterministic mode: the counter of query block m is released (by thread 0, after a CTA
+  // barrier: cumulative over the CTA's dQ adds) half an iteration later, at the next
+  // iteration's mid barrier, when the adds have drained. Only where the next CTA in the
+  // order reaches m at least a step later (rotated or descending order).
+  const bool defer_release = args.rotate || descending;
+  int* pending = nullptr;
+  auto release_pending = [&]() {
+    if (pending != nullptr && tid == 0) sem_release(pending);
+    pending = nullptr;
+  };
+  const bool has_window = p.window_left >= 0 || p.window_right >= 0;
+
+  for (int k = 0; k < m_len; ++k) {
+    const int m = m_at(k);
+    const int st = k & 1;
+    const int m0 = m * kBM;
+    cp_async_wait<0>();
+    if (tid < kBM) {  // this thread's own copies: LSE -> log2 units, -inf -> +inf so P = 0
+      const float l = sLse[st * kBM + tid];
+      sLse[st * kBM + tid] = l == -INFINITY ? INFINITY : l * kLog2e;
+    }
+    __syncthreads();  // stage st visible; everyone is done with stage st ^ 1 and with sdS
+    if (k + 1 < m_len) {
+      load_q_block(m_at(k + 1), st ^ 1);
+      cp_async_commit();
+    }
+    const Element* sQs = sQ + st * kBM * kD;
+    const Element* sdOs = sdO + st * kBM * kD;
+    const float* sLs = sLse + st * kBM;
+    const float* sDs = sDsum + st * kBM;
+
+    // dP^T = V dO^T and S^T = K Q^T for this warp's (key rows x query cols).
+    float acc_s[kMT1][kNT1][4], acc_dp[kMT1][kNT1][4];
+#pragma unroll
+    for (int a = 0; a < kMT1; ++a)
+#pragma unroll
+      for (int c = 0; c < kNT1; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[a][c][e] = acc_dp[a][c][e] = 0.f;
+    // Two passes (dP^T, then S^T) rather than one: fewer operand registers live at once.
+    auto gemm_sdp = [&](float (&acc)[kMT1][kNT1][4], const Element* sA, const Element* sB) {
+      const uint32_t a_u32 = smem_u32(sA), b_u32 = smem_u32(sB);
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t fa[kMT1][4];
+#pragma unroll
+        for (int a = 0; a < kMT1; ++a)
+          ldmatrix_x4(fa[a], a_u32 + 2 * ix_sdp_a.at(a * 16, kk * 16));
+#pragma unroll
+        for (int nj = 0; nj < kNT1 / 2; ++nj) {
+          uint32_t fb[4];
+          ldmatrix_x4(fb, b_u32 + 2 * ix_sdp_b.at(nj * 16, kk * 16));
+          const uint32_t fb0[2] = {fb[0], fb[1]}, fb1[2] = {fb[2], fb[3]};
+#pragma unroll
+          for (int a = 0; a < kMT1; ++a) {
+            mma_16816<Element>(acc[a][2 * nj], fa[a], fb0);
+            mma_16816<Element>(acc[a][2 * nj + 1], fa[a], fb1);
+          }
+        }
+      }
+    };
+    gemm_sdp(acc_dp, sV, sdOs);
+    gemm_sdp(acc_s, sK, sQs);
+
+    // P = exp2(s * log2e - lse * log2e) recomputed; dS = P (dP - D) [* (1 - tanh^2)].
+    // Masking per element only on tiles that cross a boundary (or with ALiBi).
+    const bool full_tile = m0 + kBM <= sq && n0 + kBN <= sk &&
+                           (!has_window || (mi.key_begin(m0 + kBM - 1) <= n0 &&
+                                            mi.key_end(m0) >= n0 + kBN));
+    const bool elementwise = !full_tile || slope_log2 != 0.f;
+#pragma unroll
+    for (int c = 0; c < kNT1; ++c) {
+      const int ml0 = wm1 * Tile::kTileMSdP + c * 8 + (lane % 4) * 2;
+      const float2 lse2 = *reinterpret_cast<const float2*>(sLs + ml0);
+      const float2 dsum2 = *reinterpret_cast<const float2*>(sDs + ml0);
+#pragma unroll
+      for (int a = 0; a < kMT1; ++a)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int nl = wn1 * Tile::kTileNSdP + a * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+          const int ml = ml0 + (e & 1);
+          float x, dtanh = 1.f;
+          if constexpr (Has_softcap) {
+            const float t = fast_tanh(acc_s[a][c][e] * scale_over_cap);
+            x = t * cap_log2;
+            dtanh = 1.f - t * t;
+          } else {
+            x = acc_s[a][c][e] * scale_log2;
+          }
+          if (elementwise) {
+            const int i = m0 + ml, j = n0 + nl;
+            const int dist = i + shift - j;
+            x -= slope_log2 * static_cast<float>(dist < 0 ? -dist : dist);
+            if (i >= sq || !mi.visible(i, j)) x = -INFINITY;
+          }
+          const float pv = fast_exp2(x - ((e & 1) ? lse2.y : lse2.x));
+          acc_s[a][c][e] = pv;
+          acc_dp[a][c][e] = pv * (acc_dp[a][c][e] - ((e & 1) ? dsum2.y : dsum2.x)) * dtanh;
+        }
+    }
+
+    // dS^T (and P^T on the smem path) to smem: [key row][query col], swizzled.
+#pragma unroll
+    for (int a = 0; a < kMT1; ++a)
+#pragma unroll
+      for (int c = 0; c < kNT1; ++c)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int nl = wn1 * Tile::kTileNSdP + a * 16 + lane / 4 + half * 8;
+          const int ml = wm1 * Tile::kTileMSdP + c * 8 + (lane % 4) * 2;
+          *reinterpret_cast<uint32_t*>(sdS + swz<kBM>(nl, ml)) =
+              pack2<Element>(acc_dp[a][c][2 * half], acc_dp[a][c][2 * half + 1]);
+          if constexpr (!Tile::kPInRegs)
+            *reinterpret_cast<uint32_t*>(sP + swz<kBM>(nl, ml)) =
+                pack2<Element>(acc_s[a][c][2 * half], acc_s[a][c][2 * half + 1]);
+        }
+    if constexpr (!Tile::kPInRegs) {
+      __syncthreads();  // P^T / dS^T rows of other warps
+      release_pending();
+    }
+
+    // dV += P^T dO and dK += dS^T Q (k = the query rows of this block).
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) {
+      uint32_t ap[kMT2][4], as[kMT2][4];
+#pragma unroll
+      for (int a = 0; a < kMT2; ++a) {
+        if constexpr (Tile::kPInRegs) {
+          ap[a][0] = pack2<Element>(acc_s[a][2 * kk][0], acc_s[a][2 * kk][1]);
+          ap[a][1] = pack2<Element>(acc_s[a][2 * kk][2], acc_s[a][2 * kk][3]);
+          ap[a][2] = pack2<Element>(acc_s[a][2 * kk + 1][0], acc_s[a][2 * kk + 1][1]);
+          ap[a][3] = pack2<Element>(acc_s[a][2 * kk + 1][2], acc_s[a][2 * kk + 1][3]);
+          as[a][0] = pack2<Element>(acc_dp[a][2 * kk][0], acc_dp[a][2 * kk][1]);
+          as[a][1] = pack2<Element>(acc_dp[a][2 * kk][2], acc_dp[a][2 * kk][3]);
+          as[a][2] = pack2<Element>(acc_dp[a][2 * kk + 1][0], acc_dp[a][2 * kk + 1][1]);
+          as[a][3] = pack2<Element>(acc_dp[a][2 * kk + 1][2], acc_dp[a][2 * kk + 1][3]);
+        } else {
+          const int off = 2 * ix_dkv_a.at(a * 16, kk * 16);
+          ldmatrix_x4(ap[a], smem_u32(sP) + off);
+          ldmatrix_x4(as[a], smem_u32(sdS) + off);
+        }
+      }
+#pragma unroll
+      for (int nd = 0; nd < kNT2 / 2; ++nd) {
+        const int off = 2 * ix_dkv_b.at(kk * 16, nd * 16);
+        uint32_t bdo[4], bq[4];
+        ldmatrix_x4_trans(bdo, smem_u32(sdOs) + off);
+        ldmatrix_x4_trans(bq, smem_u32(sQs) + off);
+        const uint32_t bdo0[2] = {bdo[0], bdo[1]}, bdo1[2] = {bdo[2], bdo[3]};
+        const uint32_t bq0[2] = {bq[0], bq[1]}, bq1[2] = {bq[2], bq[3]};
+#pragma unroll
+        for (int a = 0; a < kMT2; ++a) {
+          mma_16816<Element>(acc_dv[a][2 * nd], ap[a], bdo0);
+          mma_16816<Element>(acc_dv[a][2 * nd + 1], ap[a], bdo1);
+          mma_16816<Element>(acc_dk[a][2 * nd], as[a], bq0);
+          mma_16816<Element>(acc_dk[a][2 * nd + 1], as[a], bq1);
+        }
+      }
+    }
+    if constexpr (Tile::kPInRegs) {
+      __syncthreads();  // dS^T rows of other warps
+      release_pending();
+    }
+
+    // dQ (unscaled) = dS K: A from dS^T (trans), B from K (trans), k = the key rows.
+    float acc_dq[kMT3][kNT3][4];
+#pragma unroll
+    for (int a = 0; a < kMT3; ++a)
+#pragma unroll
+      for (int c = 0; c < kNT3; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dq[a][c][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t ads[kMT3][4];
+#pragma unroll
+      for (int a = 0; a < kMT3; ++a) {
+        ldmatrix_x4_trans(ads[a], smem_u32(sdS) + 2 * ix_dq_a.at(kk * 16, a * 16));
+      }
+#pragma unroll
+      for (int nd = 0; nd < kNT3 / 2; ++nd) {
+        uint32_t bk[4];
+        ldmatrix_x4_trans(bk, smem_u32(sK) + 2 * ix_dq_b.at(kk * 16, nd * 16));
+        const uint32_t bk0[2] = {bk[0], bk[1]}, bk1[2] = {bk[2], bk[3]};
+#pragma unroll
+        for (int a = 0; a < kMT3; ++a) {
+          mma_16816<Element>(acc_dq[a][2 * nd], ads[a], bk0);
+          mma_16816<Element>(acc_dq[a][2 * nd + 1], ads[a], bk1);
+        }
+      }
+    }
+    // Deterministic: key blocks add into query block m in a fixed order, serialised by a
+    // per-(b, h, m) counter.
+    int* sem = nullptr;
+    if (args.dq_sem != nullptr) {
+      sem = args.dq_sem + (int64_t(b) * p.nheads + h) * args.m_blocks + m;
+      if (tid == 0)
+        sem_wait(sem, args.rotate ? rotated_rank(n_block, m, m_blocks, (sk + kBN - 1) / kBN)
+                                  : contributor_rank<kBM, kBN>(mi, n_block, m, m_blocks,
+                                                               args.n_blocks, descending));
+      __syncthreads();
+    }
+    red_acc<kMT3, kNT3, kD>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
+                            wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
+    if (sem != nullptr) {
+      if (defer_release) {
+        pending = sem;
+      } else {
+        __syncthreads();
+        if (tid == 0) sem_release(sem);
+      }
+    }
+  }
+  if (pending != nullptr) {
+    __syncthreads();
+    if (tid == 0) sem_release(pending);
+  }
+
+  // Epilogue: dK = scale * dS^T Q; dV. Direct stores, or (GQA) fp32 adds into the
+  // workspace, ordered over the heads of the group in deterministic mode.
+  const int row0 = wn2 * Tile::kTileNdKV, col0 = wd2 * Tile::kTileDdKV;
+  if (args.group == 1) {
+    Element* dk_g = static_cast<Element*>(p.dk_ptr) + b * p.dk_batch_stride +
+                    (si.k_row0 + n0) * p.dk_row_stride + hk * p.dk_head_stride;
+    Element* dv_g = static_cast<Element*>(p.dv_ptr) + b * p.dv_batch_stride +
+                    (si.k_row0 + n0) * p.dv_row_stride + hk * p.dv_head_stride;
+    store_acc(acc_dk, dk_g, p.dk_row_stride, row0, col0, sk - n0, p.headdim, p.softmax_scale,
+              args.pair_out, lane);
+    store_acc(acc_dv, dv_g, p.dv_row_stride, row0, col0, sk - n0, p.headdim_v, 1.f,
+              args.pair_out, lane);
+    return;
+  }
+  if (m_begin >= m_end) return;  // nothing to add
+  int* sem = nullptr;
+  if (args.dkv_sem != nullptr) {
+    sem = args.dkv_sem + (int64_t(b) * p.nheads_k + hk) * args.n_blocks + n_block;
+    if (tid == 0) sem_wait(sem, h % args.group);
+    __syncthreads();
+  }
+  const int64_t kv_row_stride = int64_t(p.nheads_k) * kD;
+  const int64_t kv_off = ((k_row_global(p, b, si) + n0) * p.nheads_k + hk) * kD;
+  red_acc<kMT2, kNT2, kD>(acc_dk, args.dk_accum + kv_off, kv_row_stride, row0, col0, sk - n0,
+                          p.softmax_scale, lane);
+  red_acc<kMT2, kNT2, kD>(acc_dv, args.dv_accum + kv_off, kv_row_stride, row0, col0, sk - n0,
+                          1.f, lane);
+  if (sem != nullptr) {
+    __syncthreads();
+    if (tid == 0) sem_release(sem);
+  }
+}
+
+}  // namespace bwd_detail
+}  // namespace flashattn::sm80

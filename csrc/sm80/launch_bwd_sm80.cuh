@@ -1,0 +1,132 @@
+// Host side of the sm80 backward for one (head-dim bucket, dtype): the argument block,
+// then preprocessing -> main kernel -> conversions, all on `stream`.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <algorithm>
+#include <cstdint>
+#include "../common/cuda_check.h"
+#include "../common/params.h"
+#include "kernel_bwd_aux_sm80.cuh"
+#include "kernel_bwd_sm80.cuh"
+#include "tile_bwd_sm80.h"
+
+namespace flashattn::sm80 {
+
+namespace bwd_detail {
+
+inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+inline bool strides_mod(int64_t a, int64_t b, int64_t c, int m) {
+  return a % m == 0 && b % m == 0 && c % m == 0;
+}
+
+inline int convert_grid(int64_t work) {
+  const int64_t blocks = (work + 255) / 256;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blocks, 4096)));
+}
+
+}  // namespace bwd_detail
+
+template <int kHeadDim, typename Element>
+void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
+  using namespace bwd_detail;
+  using Tile = typename BwdTileFor<kHeadDim>::type;
+  static_assert(Tile::kBlockM == bwd_block_m(kHeadDim) && Tile::kBlockN == bwd_block_n(kHeadDim),
+                "bwd_block_m / bwd_block_n must match the tile (workspace sizing)");
+  const BwdParams& p = params;
+  if (p.batch == 0 || p.nheads == 0 || p.total_q == 0 || p.total_k == 0) return;
+  // Varlen with max_seqlen 0: no sequence has rows; only the conversions run (zeros).
+  const bool empty = p.seqlen_q == 0 || p.seqlen_k == 0;
+
+  BwdArgs args{};
+  args.p = p;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p, kHeadDim);
+  args.dq_accum = p.workspace_f32 + ws.dq_accum;
+  args.dk_accum = ws.dk_accum >= 0 ? p.workspace_f32 + ws.dk_accum : nullptr;
+  args.dv_accum = ws.dv_accum >= 0 ? p.workspace_f32 + ws.dv_accum : nullptr;
+  args.dq_sem = ws.dq_sem >= 0 ? p.workspace_i32 + ws.dq_sem : nullptr;
+  args.dkv_sem = ws.dkv_sem >= 0 ? p.workspace_i32 + ws.dkv_sem : nullptr;
+  args.group = p.nheads / p.nheads_k;
+  args.m_blocks = ws.m_blocks;
+  args.n_blocks = ws.n_blocks;
+  args.aligned_in =
+      aligned16(p.q_ptr) && aligned16(p.k_ptr) && aligned16(p.v_ptr) && aligned16(p.do_ptr) &&
+      strides_mod(p.q_batch_stride, p.q_row_stride, p.q_head_stride, 8) &&
+      strides_mod(p.k_batch_stride, p.k_row_stride, p.k_head_stride, 8) &&
+      strides_mod(p.v_batch_stride, p.v_row_stride, p.v_head_stride, 8) &&
+      strides_mod(p.do_batch_stride, p.do_row_stride, p.do_head_stride, 8);
+  args.aligned_o =
+      aligned16(p.o_ptr) && strides_mod(p.o_batch_stride, p.o_row_stride, p.o_head_stride, 8);
+  auto al4 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; };
+  args.pair_out = al4(p.dq_ptr) && al4(p.dk_ptr) && al4(p.dv_ptr) &&
+                  strides_mod(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, 2) &&
+                  strides_mod(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, 2) &&
+                  strides_mod(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, 2);
+
+  // Rotated visiting order without a window. Deterministic mode then waits on CTAs with
+  // higher linear indices: safe only while one head's key blocks fit on the GPU at once.
+  args.rotate = p.window_left < 0 && p.window_right < 0;
+  if (args.rotate && p.deterministic) {
+    int dev = 0, sms = 0;
+    FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
+    FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    args.rotate = ws.n_blocks <= sms;
+  }
+
+  // (1) D = rowsum(dO * O).
+  if (!empty) {
+    dim3 grid((p.seqlen_q + 31) / 32, p.nheads, p.batch);
+    bwd_preprocess_kernel<kHeadDim, Element><<<grid, 256, 0, stream>>>(args);
+    FLASHATTN_LAUNCH_CHECK();
+  }
+  // (2) The main kernel.
+  if (!empty) {
+    dim3 grid(ws.n_blocks, p.nheads, p.batch);
+    constexpr int kSmem = Tile::kSmemBytes;
+    auto launch = [&](auto kernel) {
+      if (kSmem > 48 * 1024)
+        FLASHATTN_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+      kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
+      FLASHATTN_LAUNCH_CHECK();
+    };
+#ifndef FLASHATTN_DISABLE_SOFTCAP
+    if (p.softcap > 0.f)
+      launch(bwd_main_kernel<Tile, Element, true>);
+    else
+#endif
+      launch(bwd_main_kernel<Tile, Element, false>);
+  }
+  // (3) dQ (scaled here), and dK / dV of GQA / MQA; zeros for varlen rows past the last
+  // sequence when dK / dV are written directly.
+  const bool aligned_dq = aligned16(p.dq_ptr) &&
+                          strides_mod(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, 8);
+  const bool aligned_dk = aligned16(p.dk_ptr) &&
+                          strides_mod(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, 8);
+  const bool aligned_dv = aligned16(p.dv_ptr) &&
+                          strides_mod(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, 8);
+  const int64_t seq_q = p.is_varlen ? 0 : p.seqlen_q, seq_k = p.is_varlen ? 0 : p.seqlen_k;
+  {
+    const int64_t work = p.total_q * p.nheads * (kHeadDim / 8);
+    bwd_convert_kernel<kHeadDim, Element><<<convert_grid(work), 256, 0, stream>>>(
+        args.dq_accum, static_cast<Element*>(p.dq_ptr), p.total_q, p.nheads, p.headdim, seq_q,
+        p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.softmax_scale, 0, nullptr,
+        aligned_dq);
+    FLASHATTN_LAUNCH_CHECK();
+  }
+  if (args.group > 1 || p.is_varlen || empty) {
+    const int64_t work = p.total_k * p.nheads_k * (kHeadDim / 8);
+    const int32_t* cu_end = (args.group > 1 || empty) ? nullptr : p.cu_seqlens_k + p.batch;
+    bwd_convert_kernel<kHeadDim, Element><<<convert_grid(work), 256, 0, stream>>>(
+        args.dk_accum, static_cast<Element*>(p.dk_ptr), p.total_k, p.nheads_k, p.headdim,
+        seq_k, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, 1.f, 0, cu_end,
+        aligned_dk);
+    FLASHATTN_LAUNCH_CHECK();
+    bwd_convert_kernel<kHeadDim, Element><<<convert_grid(work), 256, 0, stream>>>(
+        args.dv_accum, static_cast<Element*>(p.dv_ptr), p.total_k, p.nheads_k, p.headdim_v,
+        seq_k, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, 1.f, 0, cu_end,
+        aligned_dv);
+    FLASHATTN_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace flashattn::sm80

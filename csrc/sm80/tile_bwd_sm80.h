@@ -1,0 +1,115 @@
+// Tile shapes of the sm80 backward, per head-dim bucket. CUDA-free so that the dispatcher
+// can size the workspace from them. Warp layouts: SdP = the S^T / dP^T tiles (key rows x
+// query cols), dKV = the dK / dV accumulators (key rows x head dim), dQ = (query rows x dim).
+#pragma once
+#include <cstdint>
+#include "../common/params.h"
+#include "../common/tile_policy.h"
+
+namespace flashattn::sm80 {
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kWarpsNSdP_,
+          int kWarpsNdKV_, int kWarpsMdQ_>
+struct BwdTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // query rows per step
+  static constexpr int kBlockN = kBlockN_;  // key rows per CTA
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kThreads = kNWarps * 32;
+  static constexpr int kStages = 2;  // Q / dO / LSE / D double-buffered with cp.async
+
+  static constexpr int kWarpsNSdP = kWarpsNSdP_, kWarpsMSdP = kNWarps / kWarpsNSdP_;
+  static constexpr int kWarpsNdKV = kWarpsNdKV_, kWarpsDdKV = kNWarps / kWarpsNdKV_;
+  static constexpr int kWarpsMdQ = kWarpsMdQ_, kWarpsDdQ = kNWarps / kWarpsMdQ_;
+  static constexpr int kTileNSdP = kBlockN / kWarpsNSdP, kTileMSdP = kBlockM / kWarpsMSdP;
+  static constexpr int kTileNdKV = kBlockN / kWarpsNdKV, kTileDdKV = kHeadDim / kWarpsDdKV;
+  static constexpr int kTileMdQ = kBlockM / kWarpsMdQ, kTileDdQ = kHeadDim / kWarpsDdQ;
+
+  // P^T and dS^T stay in registers for dV / dK when each warp owns whole key rows in both
+  // layouts (no smem round trip for P); dS^T still goes to smem for dQ.
+  static constexpr bool kPInRegs =
+      kWarpsMSdP == 1 && kWarpsDdKV == 1 && kWarpsNSdP == kWarpsNdKV;
+
+  static_assert(kTileNSdP % 16 == 0 && kTileMSdP % 16 == 0, "SdP warp tile: 16-multiples");
+  static_assert(kTileNdKV % 16 == 0 && kTileDdKV % 16 == 0, "dKV warp tile: 16-multiples");
+  static_assert(kTileMdQ % 16 == 0 && kTileDdQ % 16 == 0, "dQ warp tile: 16-multiples");
+  static_assert(kBlockM <= kThreads, "one thread per query row loads LSE / D");
+  static_assert(kNWarps % kWarpsNSdP == 0 && kNWarps % kWarpsNdKV == 0 &&
+                    kNWarps % kWarpsMdQ == 0, "warp layouts must use every warp");
+
+  // Shared memory, in elements of the 16-bit type unless noted.
+  static constexpr int kSmemQ = kStages * kBlockM * kHeadDim;
+  static constexpr int kSmemdO = kStages * kBlockM * kHeadDim;
+  static constexpr int kSmemK = kBlockN * kHeadDim;
+  static constexpr int kSmemV = kBlockN * kHeadDim;
+  static constexpr int kSmemdS = kBlockN * kBlockM;
+  static constexpr int kSmemP = kPInRegs ? 0 : kBlockN * kBlockM;
+  static constexpr int kSmemElems = kSmemQ + kSmemdO + kSmemK + kSmemV + kSmemdS + kSmemP;
+  static constexpr int kSmemBytes = kSmemElems * 2 + 2 * kStages * kBlockM * 4;  // + LSE, D
+};
+
+// Measured on the H200 (bf16, hidden 2048, tools/selftest_bwd_sm80.cu, 2026-11-29), TFLOP/s
+// at N = 8192 non-causal / causal:
+//   d128: FA2's layouts below (P^T and dS^T through smem, 32x32 S^T warp tiles) 234 / 217;
+//         every warp owning 16 whole key rows with P^T kept in registers 214 / 199 (it
+//         issues 176 ldmatrix.x4 per warp and step against 144: each warp reads the whole
+//         Q / dO tile as B operand); 4 warps x 64 keys at 2 CTAs per SM 173 / 168.
+//   d64:  BM = 128 (below) 184 / 173; BM = 64 192 / 179; registers path 190 / 177. BM = 128
+//         kept: deterministic mode runs at 0.83x of the default speed there against 0.72x
+//         (half the query blocks, so half the ordered adds per FLOP).
+// d32 / d96 follow d64 / d128 (unmeasured). d >= 192: 64 / 32-row tiles keep smem within
+// the A100's 163 KB at 2 stages (d256: 159 / 146 TFLOP/s at N = 4096).
+template <int kHeadDim> struct BwdTileFor;
+template <> struct BwdTileFor<32> { using type = BwdTile<32, 128, 128, 8, 4, 4, 4>; };
+template <> struct BwdTileFor<64> { using type = BwdTile<64, 128, 128, 8, 4, 4, 4>; };
+template <> struct BwdTileFor<96> { using type = BwdTile<96, 64, 128, 8, 4, 4, 4>; };
+template <> struct BwdTileFor<128> { using type = BwdTile<128, 64, 128, 8, 4, 4, 2>; };
+template <> struct BwdTileFor<192> { using type = BwdTile<192, 64, 64, 8, 4, 4, 2>; };
+template <> struct BwdTileFor<256> { using type = BwdTile<256, 32, 64, 8, 4, 4, 2>; };
+
+// Block sizes by bucket, for the workspace sizing on the host.
+constexpr int bwd_block_m(int bucket) {
+  return bucket == 32 ? BwdTileFor<32>::type::kBlockM : bucket == 64 ? BwdTileFor<64>::type::kBlockM
+       : bucket == 96 ? BwdTileFor<96>::type::kBlockM : bucket == 128 ? BwdTileFor<128>::type::kBlockM
+       : bucket == 192 ? BwdTileFor<192>::type::kBlockM : BwdTileFor<256>::type::kBlockM;
+}
+constexpr int bwd_block_n(int bucket) {
+  return bucket == 32 ? BwdTileFor<32>::type::kBlockN : bucket == 64 ? BwdTileFor<64>::type::kBlockN
+       : bucket == 96 ? BwdTileFor<96>::type::kBlockN : bucket == 128 ? BwdTileFor<128>::type::kBlockN
+       : bucket == 192 ? BwdTileFor<192>::type::kBlockN : BwdTileFor<256>::type::kBlockN;
+}
+
+// Workspace layout (offsets in elements, -1 = absent), shared by bwd_workspace() and the
+// launcher. fp32: dq_accum [total_q][nheads][bucket], then for GQA dk_accum and dv_accum
+// [total_k][nheads_k][bucket]. int32 (deterministic only): dq_sem [batch][nheads][m_blocks],
+// then for GQA dkv_sem [batch][nheads_k][n_blocks]. All must start zeroed.
+struct BwdWorkspaceLayout {
+  int64_t dq_accum = 0, dk_accum = -1, dv_accum = -1, f32_elems = 0;
+  int64_t dq_sem = -1, dkv_sem = -1, i32_elems = 0;
+  int m_blocks = 0, n_blocks = 0;
+};
+
+inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p, int bucket) {
+  BwdWorkspaceLayout w;
+  const int bm = bwd_block_m(bucket), bn = bwd_block_n(bucket);
+  w.m_blocks = (p.seqlen_q + bm - 1) / bm;
+  w.n_blocks = (p.seqlen_k + bn - 1) / bn;
+  const bool gqa = p.nheads != p.nheads_k;
+  w.f32_elems = p.total_q * p.nheads * bucket;
+  if (gqa) {
+    w.dk_accum = w.f32_elems;
+    w.dv_accum = w.dk_accum + p.total_k * p.nheads_k * bucket;
+    w.f32_elems = w.dv_accum + p.total_k * p.nheads_k * bucket;
+  }
+  if (p.deterministic) {
+    w.dq_sem = 0;
+    w.i32_elems = int64_t(p.batch) * p.nheads * w.m_blocks;
+    if (gqa) {
+      w.dkv_sem = w.i32_elems;
+      w.i32_elems += int64_t(p.batch) * p.nheads_k * w.n_blocks;
+    }
+  }
+  return w;
+}
+
+}  // namespace flashattn::sm80
