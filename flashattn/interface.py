@@ -1,0 +1,363 @@
+"""The public API: flash-attn 2.8's six attention functions, same names, arguments, defaults
+and return values, each a call of torch.ops.flashattn.fwd / varlen_fwd (autograd in ops.py).
+
+Layouts: padded q (batch, seqlen_q, nheads, headdim), k/v (batch, seqlen_k, nheads_k, headdim /
+headdim_v); varlen q (total_q, nheads, headdim), k/v (total_k, nheads_k, ...), sequences
+delimited by int32 cu_seqlens. nheads must be a multiple of nheads_k (MQA/GQA).
+
+Masking is bottom-right aligned: query i of a sequence with lengths (seqlen_q, seqlen_k) sees key
+j iff i + seqlen_k - seqlen_q - window_size[0] <= j <= i + seqlen_k - seqlen_q + window_size[1]
+(-1 = unbounded side); causal=True sets window_size[1] = 0. A row that sees no key gives out = 0
+and softmax_lse = -inf.
+
+Checks on tensors (shapes, dtypes, devices, head dims) are the C++ op's; this layer checks only
+what the op cannot see.
+"""
+import torch
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "kernel_path",
+]
+
+
+def _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+             deterministic):
+    """The op's keyword arguments for the public-API options."""
+    if dropout_p != 0.0:
+        raise NotImplementedError("flashattn: dropout_p != 0 is not supported yet")
+    try:
+        window_left, window_right = window_size
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"flashattn: window_size must be a pair (left, right), got {window_size!r}"
+        ) from None
+    if causal:
+        window_right = 0
+    if softmax_scale is None:
+        headdim = q.shape[-1]
+        softmax_scale = headdim ** (-0.5) if headdim > 0 else 1.0  # the op rejects headdim 0
+    return dict(
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        deterministic=deterministic,
+    )
+
+
+def _result(out, softmax_lse, return_attn_probs):
+    return (out, softmax_lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """Exact attention on padded batches.
+
+    Arguments:
+        q: (batch, seqlen_q, nheads, headdim).
+        k: (batch, seqlen_k, nheads_k, headdim).
+        v: (batch, seqlen_k, nheads_k, headdim_v).
+        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
+        causal: causal mask, aligned to the bottom-right corner of the score matrix.
+        window_size: (left, right) sliding window, -1 = unbounded on that side.
+        softcap: if > 0, scores become softcap * tanh(score / softcap).
+        alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
+            -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
+        deterministic: use the deterministic backward (same gradients bit for bit on reruns).
+        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
+            attention probabilities, which flash-attn only produces with dropout.
+
+    Returns:
+        out: (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None) with
+        return_attn_probs, softmax_lse fp32 (batch, nheads, seqlen_q).
+    """
+    out, softmax_lse = torch.ops.flashattn.fwd(
+        q, k, v,
+        **_options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                   deterministic),
+    )
+    return _result(out, softmax_lse, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """Exact attention on padded batches, k and v packed.
+
+    Arguments:
+        q: (batch, seqlen_q, nheads, headdim).
+        kv: (batch, seqlen_k, 2, nheads_k, headdim).
+        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
+        causal: causal mask, aligned to the bottom-right corner of the score matrix.
+        window_size: (left, right) sliding window, -1 = unbounded on that side.
+        softcap: if > 0, scores become softcap * tanh(score / softcap).
+        alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
+            -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
+        deterministic: use the deterministic backward (same gradients bit for bit on reruns).
+        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
+            attention probabilities, which flash-attn only produces with dropout.
+
+    Returns:
+        out: (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, None) with
+        return_attn_probs, softmax_lse fp32 (batch, nheads, seqlen_q).
+    """
+    k, v = kv.unbind(2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # <=0.0 means deactivate
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """Exact self-attention on padded batches, q, k, v packed.
+
+    Arguments:
+        qkv: (batch, seqlen, 3, nheads, headdim).
+        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
+        causal: causal mask, aligned to the bottom-right corner of the score matrix.
+        window_size: (left, right) sliding window, -1 = unbounded on that side.
+        softcap: if > 0, scores become softcap * tanh(score / softcap).
+        alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
+            -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
+        deterministic: use the deterministic backward (same gradients bit for bit on reruns).
+        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
+            attention probabilities, which flash-attn only produces with dropout.
+
+    Returns:
+        out: (batch, seqlen, nheads, headdim), or (out, softmax_lse, None) with
+        return_attn_probs, softmax_lse fp32 (batch, nheads, seqlen).
+    """
+    q, k, v = qkv.unbind(2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+):
+    """Exact attention on a batch of variable-length sequences.
+
+    Arguments:
+        q: (total_q, nheads, headdim), the batch's query rows concatenated.
+        k: (total_k, nheads_k, headdim).
+        v: (total_k, nheads_k, headdim_v).
+        cu_seqlens_q: int32 (batch + 1,), sequence b's queries are rows
+            cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q.
+        cu_seqlens_k: int32 (batch + 1,), the same for k and v.
+        max_seqlen_q: int, at least the longest query length.
+        max_seqlen_k: int, at least the longest key length.
+        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
+        causal: causal mask, aligned to the bottom-right corner of the score matrix.
+        window_size: (left, right) sliding window, -1 = unbounded on that side.
+        softcap: if > 0, scores become softcap * tanh(score / softcap).
+        alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
+            -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
+        deterministic: use the deterministic backward (same gradients bit for bit on reruns).
+        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
+            attention probabilities, which flash-attn only produces with dropout.
+        block_table: must be None (paged KV is not supported yet).
+
+    Returns:
+        out: (total_q, nheads, headdim_v), or (out, softmax_lse, None) with
+        return_attn_probs, softmax_lse fp32 (nheads, total_q).
+    """
+    if block_table is not None:
+        raise NotImplementedError("flashattn: block_table (paged KV) is not supported yet")
+    out, softmax_lse = torch.ops.flashattn.varlen_fwd(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        **_options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                   deterministic),
+    )
+    return _result(out, softmax_lse, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(
+    q,
+    kv,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """Exact attention on variable-length sequences, k and v packed.
+
+    Arguments:
+        q: (total_q, nheads, headdim).
+        kv: (total_k, 2, nheads_k, headdim).
+        cu_seqlens_q: int32 (batch + 1,), cumulative query lengths (row offsets into q).
+        cu_seqlens_k: int32 (batch + 1,), cumulative key lengths (row offsets into kv).
+        max_seqlen_q: int, at least the longest query length.
+        max_seqlen_k: int, at least the longest key length.
+        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
+        causal: causal mask, aligned to the bottom-right corner of the score matrix.
+        window_size: (left, right) sliding window, -1 = unbounded on that side.
+        softcap: if > 0, scores become softcap * tanh(score / softcap).
+        alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
+            -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
+        deterministic: use the deterministic backward (same gradients bit for bit on reruns).
+        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
+            attention probabilities, which flash-attn only produces with dropout.
+
+    Returns:
+        out: (total_q, nheads, headdim), or (out, softmax_lse, None) with
+        return_attn_probs, softmax_lse fp32 (nheads, total_q).
+    """
+    k, v = kv.unbind(1)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(
+    qkv,
+    cu_seqlens,
+    max_seqlen,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """Exact self-attention on variable-length sequences, q, k, v packed.
+
+    Arguments:
+        qkv: (total, 3, nheads, headdim).
+        cu_seqlens: int32 (batch + 1,), cumulative sequence lengths (row offsets into qkv).
+        max_seqlen: int, at least the longest sequence length.
+        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
+        causal: causal mask, aligned to the bottom-right corner of the score matrix.
+        window_size: (left, right) sliding window, -1 = unbounded on that side.
+        softcap: if > 0, scores become softcap * tanh(score / softcap).
+        alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
+            -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
+        deterministic: use the deterministic backward (same gradients bit for bit on reruns).
+        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
+            attention probabilities, which flash-attn only produces with dropout.
+
+    Returns:
+        out: (total, nheads, headdim), or (out, softmax_lse, None) with
+        return_attn_probs, softmax_lse fp32 (nheads, total).
+    """
+    q, k, v = qkv.unbind(1)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                  dropout_p, softmax_scale, causal, window_size, softcap,
+                                  alibi_slopes, deterministic, return_attn_probs)
+
+
+def kernel_path(q, k, v, **options):
+    """Which implementation a call on these tensors would run: "cpu" or "sm80".
+
+    Mirrors the op's dispatch (csrc/api/flash_api.cpp) without running anything.
+
+    Arguments:
+        q, k, v: the tensors the call would get (for packed inputs, the unbound slices).
+        options: the call's keyword options (causal=..., ...); no path depends on them yet.
+
+    Raises RuntimeError saying why when no kernel of this build can run the call. Shapes
+    and head dims are not checked here: the op checks them when called.
+    """
+    device = q.device
+    if device.type == "cpu":
+        if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise RuntimeError(
+                f"flashattn: the CPU kernels take float16, bfloat16 or float32, got {q.dtype}"
+            )
+        return "cpu"
+    if device.type != "cuda":
+        raise RuntimeError(f"flashattn: no kernel for tensors on {device}")
+    from ._build_config import BUILD_CONFIG
+
+    if BUILD_CONFIG["FLASHATTN_DISABLE_CUDA"] or BUILD_CONFIG["FLASHATTN_DISABLE_SM80"]:
+        raise RuntimeError(
+            "flashattn: this build has no CUDA kernels (built with FLASHATTN_DISABLE_CUDA or "
+            "FLASHATTN_DISABLE_SM80, or without a CUDA toolkit)"
+        )
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise RuntimeError(
+            f"flashattn: the CUDA kernels take float16 or bfloat16 (float32 runs on CPU only), "
+            f"got {q.dtype}"
+        )
+    major, minor = torch.cuda.get_device_capability(device)
+    cc = 10 * major + minor
+    if cc < 80:
+        raise RuntimeError(
+            f"flashattn: the CUDA kernels need compute capability >= 8.0, {device} has "
+            f"{major}.{minor}"
+        )
+    # Machine code for sm_XY runs on X.Y..X.9; the newest target also ships as PTX (setup.py).
+    archs = [int(a[3:5]) for a in BUILD_CONFIG["cuda_archs"]]
+    if archs and not (max(archs) <= cc or any(a // 10 == major and a <= cc for a in archs)):
+        raise RuntimeError(
+            f"flashattn: this build targets {BUILD_CONFIG['cuda_archs']}, none of which runs "
+            f"on {device} (compute capability {major}.{minor}); rebuild with "
+            f"TORCH_CUDA_ARCH_LIST including {major}.{minor}"
+        )
+    return "sm80"

@@ -1,0 +1,112 @@
+"""Fake (meta) kernels and autograd for the torch.ops.flashattn.* ops.
+
+The op schemas live in C++ (csrc/api/schema.h) and are the single source of truth: nothing
+here repeats an argument list. The fake kernels read only the leading tensors; the autograd
+glue matches forward inputs to backward arguments by their schema names.
+"""
+import torch
+
+__all__ = []
+
+_ops = torch.ops.flashattn
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake kernels: shapes, dtypes and (contiguous) strides of what the real kernels return.
+# ---------------------------------------------------------------------------------------------
+
+@torch.library.register_fake("flashattn::fwd")
+def _fwd_fake(q, k, v, *options, **kw_options):
+    # q (B, Sq, H, d), v (B, Sk, Hk, dv) -> out (B, Sq, H, dv) in q's dtype, lse (B, H, Sq) fp32.
+    batch, seqlen_q, nheads, _ = q.shape
+    out = q.new_empty((batch, seqlen_q, nheads, v.shape[-1]))
+    softmax_lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    return out, softmax_lse
+
+
+@torch.library.register_fake("flashattn::varlen_fwd")
+def _varlen_fwd_fake(q, k, v, *options, **kw_options):
+    # q (total_q, H, d), v (total_k, Hk, dv) -> out (total_q, H, dv), lse (H, total_q) fp32.
+    total_q, nheads, _ = q.shape
+    out = q.new_empty((total_q, nheads, v.shape[-1]))
+    softmax_lse = q.new_empty((nheads, total_q), dtype=torch.float32)
+    return out, softmax_lse
+
+
+def _grads_fake(dout, q, k, v, *options, **kw_options):
+    # dq/dk/dv: fresh contiguous tensors with the shapes of q/k/v, in q's dtype.
+    return tuple(x.new_empty(x.shape, dtype=q.dtype) for x in (q, k, v))
+
+
+torch.library.register_fake("flashattn::bwd", _grads_fake)
+torch.library.register_fake("flashattn::varlen_bwd", _grads_fake)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd: fwd -> bwd and varlen_fwd -> varlen_bwd. Every forward input is kept under its
+# schema name (tensors through save_for_backward, the rest on ctx); the backward op is called
+# with the arguments of the same names, plus dout, out and softmax_lse. So `deterministic`, a
+# forward argument unused by the forward kernels, reaches the backward inside the op graph.
+# ---------------------------------------------------------------------------------------------
+
+_DIFFERENTIABLE = ("q", "k", "v")
+
+
+def _arg_names(op):
+    return tuple(a.name for a in op._schema.arguments)
+
+
+def _make_setup_context(fwd_op):
+    fwd_names = _arg_names(fwd_op)
+
+    def setup_context(ctx, inputs, output):
+        # `inputs` comes with defaulted arguments filled in, in schema order.
+        named = dict(zip(fwd_names, inputs))
+        out, softmax_lse = output
+        ctx.mark_non_differentiable(softmax_lse)
+        tensors = {n: x for n, x in named.items() if isinstance(x, torch.Tensor)}
+        tensors.update(out=out, softmax_lse=softmax_lse)
+        ctx.tensor_names = tuple(tensors)
+        ctx.save_for_backward(*tensors.values())
+        ctx.options = {n: x for n, x in named.items() if n not in tensors}
+
+    return setup_context
+
+
+def _make_backward(fwd_op, bwd_op):
+    fwd_names = _arg_names(fwd_op)
+    bwd_names = _arg_names(bwd_op)
+
+    def backward(ctx, dout, _dsoftmax_lse):
+        # softmax_lse is marked non-differentiable: its incoming gradient is ignored.
+        named = dict(ctx.options)
+        named.update(zip(ctx.tensor_names, ctx.saved_tensors))
+        named["dout"] = dout  # any strides: the op makes an expanded gradient contiguous
+        grads = dict(zip(_DIFFERENTIABLE, bwd_op(**{n: named[n] for n in bwd_names})))
+        return tuple(grads.get(n) for n in fwd_names)
+
+    return backward
+
+
+def _register_autograd(fwd_op, bwd_op):
+    torch.library.register_autograd(
+        fwd_op,
+        _make_backward(fwd_op, bwd_op),
+        setup_context=_make_setup_context(fwd_op),
+    )
+
+
+def _register_no_double_backward(bwd_op):
+    # Without an autograd kernel, differentiating the backward is silently wrong (torch warns).
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            f"flashattn: double backward (differentiating {bwd_op._name}) is not supported"
+        )
+
+    torch.library.register_autograd(bwd_op, backward)
+
+
+_register_autograd(_ops.fwd.default, _ops.bwd.default)
+_register_autograd(_ops.varlen_fwd.default, _ops.varlen_bwd.default)
+_register_no_double_backward(_ops.bwd.default)
+_register_no_double_backward(_ops.varlen_bwd.default)
