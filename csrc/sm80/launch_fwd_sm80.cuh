@@ -1,0 +1,87 @@
+// Host side of the sm80 forward: picks the kernel variant for one (head-dim bucket, dtype)
+// and launches it. Instantiated once per pair in csrc/instantiations/fwd_sm80_hdim*_*.cu.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "../common/cuda_check.h"
+#include "../common/params.h"
+#include "kernel_fwd_sm80.cuh"
+
+namespace flashattn::sm80 {
+
+// True when every base pointer is 16-byte aligned and every stride a multiple of 8 elements,
+// so that each 8-column chunk of every row can move as one 16-byte access.
+inline bool fwd_vectorizable(const FwdParams& p) {
+  auto al = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  auto st = [](int64_t s) { return s % 8 == 0; };
+  return al(p.q_ptr) && al(p.k_ptr) && al(p.v_ptr) && al(p.o_ptr) && st(p.q_batch_stride) &&
+         st(p.q_row_stride) && st(p.q_head_stride) && st(p.k_batch_stride) &&
+         st(p.k_row_stride) && st(p.k_head_stride) && st(p.v_batch_stride) &&
+         st(p.v_row_stride) && st(p.v_head_stride) && st(p.o_batch_stride) &&
+         st(p.o_row_stride) && st(p.o_head_stride);
+}
+
+template <typename Traits, bool Is_even_K, bool Has_score_mod>
+void launch_fwd(const FwdParams& p, bool vec_ok, dim3 grid, cudaStream_t stream) {
+  auto kernel = fwd_kernel_sm80<Traits, Is_even_K, Has_score_mod>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  if constexpr (kSmem > 48 * 1024) {
+    FLASHATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  }
+  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(p, vec_ok);
+  FLASHATTN_LAUNCH_CHECK();
+}
+
+template <typename Traits>
+void launch_fwd_variants(const FwdParams& p, cudaStream_t stream) {
+  const int64_t m_blocks = (int64_t(p.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM;
+  if (p.nheads > 65535 || p.batch > 65535 || m_blocks > 0x7fffffff)
+    throw std::runtime_error("flashattn sm80 fwd: grid too large (nheads and batch <= 65535)");
+  const dim3 grid(static_cast<unsigned>(m_blocks), p.nheads, p.batch);
+  const bool vec_ok = fwd_vectorizable(p);
+  const bool even_k = vec_ok && p.headdim == Traits::kHeadDim && p.headdim_v == Traits::kHeadDim;
+  // A non-positive scale would break max-then-scale: it takes the transformed-score path.
+  const bool score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
+  if (even_k) {
+    if (score_mod) launch_fwd<Traits, true, true>(p, vec_ok, grid, stream);
+    else launch_fwd<Traits, true, false>(p, vec_ok, grid, stream);
+  } else {
+    if (score_mod) launch_fwd<Traits, false, true>(p, vec_ok, grid, stream);
+    else launch_fwd<Traits, false, false>(p, vec_ok, grid, stream);
+  }
+}
+
+template <int kHeadDim, typename Element>
+void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
+  using Traits = FwdTraits<kHeadDim, Element>;
+  constexpr FwdTile kSmall = fwd_tile_small_smem(kHeadDim);
+  using SmallTraits = FwdTraits<kHeadDim, Element, kSmall.block_m, kSmall.block_n, kSmall.warps,
+                                kSmall.stages, kSmall.min_blocks>;
+  if (p.headdim < 1 || p.headdim > kHeadDim || p.headdim_v < 1 || p.headdim_v > kHeadDim)
+    throw std::runtime_error("flashattn sm80 fwd: head dims (" + std::to_string(p.headdim) +
+                             ", " + std::to_string(p.headdim_v) + ") exceed the bucket " +
+                             std::to_string(kHeadDim));
+  if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0)
+    throw std::runtime_error("flashattn sm80 fwd: nheads must be a multiple of nheads_k");
+  if (p.seqlen_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
+  if constexpr (SmallTraits::kSmemBytes < Traits::kSmemBytes) {
+    int device = 0, max_smem = 0;
+    FLASHATTN_CUDA_CHECK(cudaGetDevice(&device));
+    FLASHATTN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (max_smem < Traits::kSmemBytes) {
+      if (max_smem < SmallTraits::kSmemBytes)
+        throw std::runtime_error("flashattn sm80 fwd: the GPU's shared memory per block (" +
+                                 std::to_string(max_smem) + " bytes) is too small");
+      return launch_fwd_variants<SmallTraits>(p, stream);
+    }
+  }
+  launch_fwd_variants<Traits>(p, stream);
+}
+
+}  // namespace flashattn::sm80
