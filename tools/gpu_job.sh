@@ -6,7 +6,9 @@
 #   test     : the test suite on cuda + cpu
 #   sanitize : compute-sanitizer memcheck + racecheck over tools/sanitize_cases.py
 #   bench    : benchmarks/bench_attn.py -> $OUT/h200.json + h200.md
-# Extra arguments for pytest / the benchmark: PYTEST_ARGS, BENCH_ARGS.
+# Extra arguments: ABI_ARGS (pytest, abi stage), TEST_ARGS (pytest, test stage; default
+# "-k cuda": the CPU cases already ran in the abi stage), BENCH_ARGS (the benchmark).
+# With a carried build and no "build" stage, the carried build is the one tested.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -18,12 +20,13 @@ note() { summary+=("$1"); echo "== $1"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 $PY -c "import torch,sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
+XDIST=""; $PY -c "import xdist" 2>/dev/null && XDIST="-n ${XDIST_WORKERS:-8}"
 
 if has abi; then
   if [ -f flashattn/_C.abi3.so ]; then
     t0=$(date +%s)
     CUDA_VISIBLE_DEVICES= PYTHONPATH=$PWD $PY -m pytest -q -p no:cacheprovider tests \
-      ${PYTEST_ARGS:-} > "$OUT/abi_cpu_tests.log" 2>&1
+      $XDIST ${ABI_ARGS:-} > "$OUT/abi_cpu_tests.log" 2>&1
     rc=$?
     note "abi: carried build, CPU tests rc=$rc: $(tail -n 1 "$OUT/abi_cpu_tests.log") ($(( $(date +%s) - t0 )) s)"
   else
@@ -44,7 +47,8 @@ fi
 
 if has test; then
   t0=$(date +%s)
-  $PY -m pytest -q -p no:cacheprovider tests ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1
+  PYTHONPATH=$PWD $PY -m pytest -q -p no:cacheprovider tests $XDIST ${TEST_ARGS:--k cuda} \
+    > "$OUT/tests.log" 2>&1
   rc=$?
   grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40
   note "test: rc=$rc: $(tail -n 1 "$OUT/tests.log") ($(( $(date +%s) - t0 )) s)"
@@ -53,7 +57,7 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck; do
     t0=$(date +%s)
-    compute-sanitizer --tool $tool --error-exitcode 17 $PY tools/sanitize_cases.py \
+    PYTHONPATH=$PWD compute-sanitizer --tool $tool --error-exitcode 17 $PY tools/sanitize_cases.py \
       > "$OUT/sanitize_$tool.log" 2>&1
     rc=$?
     note "sanitize $tool: rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
@@ -62,7 +66,7 @@ fi
 
 if has bench; then
   t0=$(date +%s)
-  $PY benchmarks/bench_attn.py --json "$OUT/h200.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  PYTHONPATH=$PWD $PY benchmarks/bench_attn.py --json "$OUT/h200.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
   rc=$?
   $PY benchmarks/make_table.py "$OUT/h200.json" > "$OUT/h200.md" 2>> "$OUT/bench.log"
   note "bench: rc=$rc ($(( $(date +%s) - t0 )) s)"

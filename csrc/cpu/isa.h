@@ -1,0 +1,19 @@
+// The instruction-set builds of the CPU kernels (kernels_*.cpp) and the run-time choice
+// between them (cpu_backend.cpp).
+#pragma once
+#include "cpu_backend.h"
+
+namespace flashattn::cpu {
+
+namespace avx2 {
+bool compiled();  // false where the AVX2 build is not compiled (non-x86 or non-GCC)
+void fwd(const FwdParams& p, const ParallelFor& parallel_for);
+void bwd(const BwdParams& p, const ParallelFor& parallel_for);
+}  // namespace avx2
+
+namespace generic {
+void fwd(const FwdParams& p, const ParallelFor& parallel_for);
+void bwd(const BwdParams& p, const ParallelFor& parallel_for);
+}  // namespace generic
+
+}  // namespace flashattn::cpu

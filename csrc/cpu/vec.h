@@ -1,0 +1,148 @@
+// The vector type of one instruction-set build of the CPU kernels, as GCC vector
+// extensions. Included inside namespace flashattn::cpu::FLASHATTN_CPU_ISA by a kernels_*.cpp
+// file after its `#pragma GCC target`; FLASHATTN_CPU_AVX2 selects 8 lanes + FMA, otherwise
+// 4 lanes (SSE2 on x86-64, NEON on aarch64).
+
+#define FLASHATTN_CPU_INLINE inline __attribute__((always_inline))
+
+#if FLASHATTN_CPU_AVX2
+inline constexpr int kW = 8;
+#else
+inline constexpr int kW = 4;
+#endif
+
+typedef float vf __attribute__((vector_size(kW * 4)));
+typedef int32_t vi __attribute__((vector_size(kW * 4)));
+// Unaligned, aliasing view of float memory.
+typedef float vf_mem __attribute__((vector_size(kW * 4), aligned(4), may_alias));
+
+FLASHATTN_CPU_INLINE vf vload(const float* p) { return *reinterpret_cast<const vf_mem*>(p); }
+FLASHATTN_CPU_INLINE void vstore(float* p, vf v) { *reinterpret_cast<vf_mem*>(p) = v; }
+// (Not `vf{} + x`: without -ffast-math that is a real add, 0 + -0 being +0.)
+FLASHATTN_CPU_INLINE vf vbcast(float x) {
+#if FLASHATTN_CPU_AVX2
+  return vf{x, x, x, x, x, x, x, x};
+#else
+  return vf{x, x, x, x};
+#endif
+}
+
+FLASHATTN_CPU_INLINE vf vfma(vf a, vf b, vf c) {
+#if FLASHATTN_CPU_AVX2
+  return _mm256_fmadd_ps(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+// The scalar twin of vfma (a real fma exactly where vfma is one).
+FLASHATTN_CPU_INLINE float sfma(float a, float b, float c) {
+#if FLASHATTN_CPU_AVX2
+  return __builtin_fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+// NaN in `b` propagates (maxps returns its second operand when either is NaN).
+FLASHATTN_CPU_INLINE vf vmax(vf a, vf b) {
+#if FLASHATTN_CPU_AVX2
+  return _mm256_max_ps(a, b);
+#else
+  return a > b ? a : b;
+#endif
+}
+FLASHATTN_CPU_INLINE vf vmin(vf a, vf b) {
+#if FLASHATTN_CPU_AVX2
+  return _mm256_min_ps(a, b);
+#else
+  return a < b ? a : b;
+#endif
+}
+FLASHATTN_CPU_INLINE float hmax(vf v) {
+  float m = v[0];
+  for (int i = 1; i < kW; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+FLASHATTN_CPU_INLINE float hsum(vf v) {
+  float s = 0.f;
+  for (int i = 0; i < kW; ++i) s += v[i];
+  return s;
+}
+
+// 2^x to ~2 ulp (Cephes exp2f polynomial on [-0.5, 0.5]). x < -125 (and -inf) gives exactly
+// 0, which is what the masked and the empty-row paths rely on; x is <= 0 in every caller
+// but the clamp at 127 keeps the exponent arithmetic in range anyway.
+FLASHATTN_CPU_INLINE vf vexp2(vf x) {
+  const vf xc = vmin(vbcast(127.f), vmax(vbcast(-125.f), x));
+  const vf magic = vbcast(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+  const vf t = xc + magic;
+  const vi n = (vi)t - (vi)magic;
+  const vf f = xc - (t - magic);
+  vf p = vbcast(1.535336188319500e-4f);
+  p = vfma(p, f, vbcast(1.339887440266574e-3f));
+  p = vfma(p, f, vbcast(9.618437357674640e-3f));
+  p = vfma(p, f, vbcast(5.550332471162809e-2f));
+  p = vfma(p, f, vbcast(2.402264791363012e-1f));
+  p = vfma(p, f, vbcast(6.931472028550421e-1f));
+  p = vfma(p, f, vbcast(1.f));
+  const vf r = (vf)((vi)p + (n << 23));
+  return x < vbcast(-125.f) ? vf{} : r;
+}
+
+// tanh to a few ulp: the odd Taylor polynomial below |x| = 0.5 (next term < 1e-8 relative),
+// 1 - 2 / (e^2|x| + 1) with x's sign above (no cancellation there; vexp2 saturates to 1).
+FLASHATTN_CPU_INLINE vf vtanh(vf x) {
+  const vi sign = (vi)x & (vi{} + INT32_MIN);
+  const vf ax = (vf)((vi)x ^ sign);
+  const vf x2 = x * x;
+  vf p = vbcast(-929569.f / 638512875.f);
+  p = vfma(p, x2, vbcast(21844.f / 6081075.f));
+  p = vfma(p, x2, vbcast(-1382.f / 155925.f));
+  p = vfma(p, x2, vbcast(62.f / 2835.f));
+  p = vfma(p, x2, vbcast(-17.f / 315.f));
+  p = vfma(p, x2, vbcast(2.f / 15.f));
+  p = vfma(p, x2, vbcast(-1.f / 3.f));
+  const vf small = vfma(p * x2, x, x);
+  const vf e = vexp2(ax * vbcast(2.f * 1.4426950408889634f));
+  const vf big = (vf)((vi)(vbcast(1.f) - vbcast(2.f) / (e + vbcast(1.f))) | sign);
+  return ax < vbcast(0.5f) ? small : big;
+}
+
+// load_row (convert.h) with the dtype conversion vectorised where the build allows it
+// (F16C for fp16, a 16-bit shift for bf16).
+template <DType kDt>
+FLASHATTN_CPU_INLINE void load_row_vec(const typename Elem<kDt>::T* src, int n, int n_pad,
+                                       float* dst) {
+#if FLASHATTN_CPU_AVX2
+  if constexpr (kDt != DType::kFloat32) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      if constexpr (kDt == DType::kFloat16)
+        vstore(dst + i, _mm256_cvtph_ps(h));
+      else
+        vstore(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+    for (; i < n; ++i) dst[i] = Elem<kDt>::load(src[i]);
+    for (; i < n_pad; ++i) dst[i] = 0.f;
+    return;
+  }
+#endif
+  load_row<kDt>(src, n, n_pad, dst);
+}
+
+// dst[c * ld + j] = src row j, column c (fp32), for j < n, c < cols: the transposed packing
+// of K (and of V in the backward). Rows are converted into `tmp` first (cols floats).
+template <DType kDt>
+FLASHATTN_CPU_INLINE void load_transposed(const typename Elem<kDt>::T* src, int64_t row_stride,
+                                          int n, int cols, float* dst, int ld, float* tmp) {
+  for (int j = 0; j < n; ++j) {
+    const float* row;
+    if constexpr (kDt == DType::kFloat32) {
+      row = src + j * row_stride;
+    } else {
+      load_row_vec<kDt>(src + j * row_stride, cols, cols, tmp);
+      row = tmp;
+    }
+    for (int c = 0; c < cols; ++c) dst[c * ld + j] = row[c];
+  }
+}

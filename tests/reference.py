@@ -1,0 +1,181 @@
+"""Reference attention, written the obvious way (materialised scores), with the exact
+semantics of csrc/common/params.h:
+
+    s = q.k * softmax_scale
+    if softcap > 0:   s = softcap * tanh(s / softcap)
+    if alibi_slopes:  s += -slope * |i + sk - sq - j|
+    visible(i, j) iff (window_left  < 0 or j >= i + sk - sq - window_left) and
+                      (window_right < 0 or j <= i + sk - sq + window_right)
+    causal == window_right = 0 (bottom-right aligned)
+    a row with no visible key: out = 0, lse = -inf
+
+`attention_ref` computes in `compute_dtype`: float64 for the reference, the inputs' own
+dtype for "PyTorch's low-precision computation of the same thing" (the tolerance baseline).
+Gradients come from autograd through this function.
+"""
+import math
+
+import torch
+
+__all__ = [
+    "attention_ref",
+    "attention_varlen_ref",
+    "visible_mask",
+    "ref_and_lowp",
+    "ref_and_lowp_varlen",
+    "effective_window",
+]
+
+
+def effective_window(causal, window_size):
+    """(window_left, window_right) as the kernels see them: causal forces window_right = 0."""
+    left, right = window_size
+    if causal:
+        right = 0
+    return int(left), int(right)
+
+
+def visible_mask(sq, sk, window_left, window_right, device=None):
+    """Bool (sq, sk): True where query i may attend key j (bottom-right aligned)."""
+    i = torch.arange(sq, device=device).view(sq, 1)
+    j = torch.arange(sk, device=device).view(1, sk)
+    c = i + (sk - sq)
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if window_left >= 0:
+        vis &= j >= c - window_left
+    if window_right >= 0:
+        vis &= j <= c + window_right
+    return vis
+
+
+def alibi_bias(slopes, batch, nheads, sq, sk, device, dtype):
+    """-slope * |i + sk - sq - j| as (B, H, sq, sk). slopes: (H,) or (B, H) fp32."""
+    slopes = slopes.to(device=device, dtype=dtype)
+    if slopes.dim() == 1:
+        slopes = slopes.view(1, nheads).expand(batch, nheads)
+    i = torch.arange(sq, device=device).view(sq, 1)
+    j = torch.arange(sk, device=device).view(1, sk)
+    dist = (i + (sk - sq) - j).abs().to(dtype)
+    return -slopes.view(batch, nheads, 1, 1) * dist
+
+
+def attention_ref(
+    q,
+    k,
+    v,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    compute_dtype=torch.float64,
+):
+    """Padded layout. q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv).
+
+    Returns out (B, Sq, H, dv) in compute_dtype and lse (B, H, Sq) in compute_dtype.
+    Differentiable (autograd) in q, k, v.
+    """
+    B, sq, H, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    assert H % hk == 0
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(d)
+    wl, wr = effective_window(causal, window_size)
+    qc, kc, vc = (t.to(compute_dtype) for t in (q, k, v))
+    if hk != H:
+        kc = kc.repeat_interleave(H // hk, dim=2)
+        vc = vc.repeat_interleave(H // hk, dim=2)
+    # (B, H, sq, sk)
+    s = torch.einsum("bihd,bjhd->bhij", qc, kc) * softmax_scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        s = s + alibi_bias(alibi_slopes, B, H, sq, sk, s.device, compute_dtype)
+    vis = visible_mask(sq, sk, wl, wr, device=s.device)
+    s = s.masked_fill(~vis, float("-inf"))
+    # Max subtraction only for range; detached (the result does not depend on it).
+    m = s.detach().amax(dim=-1, keepdim=True) if sk > 0 else None
+    if m is None:
+        m = torch.zeros(B, H, sq, 1, dtype=compute_dtype, device=s.device)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)  # masked -> exp(-inf) = 0
+    l = p.sum(dim=-1, keepdim=True)
+    p = p / torch.where(l == 0, torch.ones_like(l), l)
+    out = torch.einsum("bhij,bjhd->bihd", p, vc)
+    lse = (m + torch.log(l)).squeeze(-1)  # log(0) = -inf for empty rows
+    return out, lse
+
+
+def attention_varlen_ref(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    compute_dtype=torch.float64,
+):
+    """Varlen layout. q (total_q, H, d), k (total_k, Hk, d), v (total_k, Hk, dv).
+
+    Returns out (total_q, H, dv) and lse (H, total_q), both in compute_dtype; rows not
+    covered by any sequence stay 0 / -inf. A per-sequence loop over attention_ref.
+    """
+    cq = [int(x) for x in cu_seqlens_q.tolist()]
+    ck = [int(x) for x in cu_seqlens_k.tolist()]
+    H, dv = q.shape[1], v.shape[2]
+    outs, lses = [], []
+    covered = 0
+    for b in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        assert q0 == covered, "reference expects sorted, gap-free cu_seqlens_q"
+        covered = q1
+        slopes = None
+        if alibi_slopes is not None:
+            slopes = alibi_slopes[b] if alibi_slopes.dim() == 2 else alibi_slopes
+        o, lse = attention_ref(
+            q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], softmax_scale, causal,
+            window_size, softcap, slopes, compute_dtype,
+        )
+        outs.append(o[0])
+        lses.append(lse[0])
+    total_q = q.shape[0]
+    if covered < total_q:  # trailing rows that belong to no sequence
+        outs.append(torch.zeros(total_q - covered, H, dv, dtype=compute_dtype, device=q.device))
+        lses.append(torch.full((H, total_q - covered), float("-inf"), dtype=compute_dtype,
+                               device=q.device))
+    return torch.cat(outs, 0), torch.cat(lses, 1)
+
+
+def _with_grads(fn, q, k, v, dout, compute_dtype, **kw):
+    qc, kc, vc = (t.detach().to(compute_dtype).requires_grad_() for t in (q, k, v))
+    out, lse = fn(qc, kc, vc, compute_dtype=compute_dtype, **kw)
+    res = {"out": out.detach(), "lse": lse.detach()}
+    if dout is not None:
+        dq, dk, dv = torch.autograd.grad(out, (qc, kc, vc), dout.to(compute_dtype))
+        res.update(dq=dq, dk=dk, dv=dv)
+    return res
+
+
+def _lowp_dtype(dtype):
+    return dtype  # PyTorch's own computation in the inputs' dtype (fp16/bf16/fp32)
+
+
+def ref_and_lowp(q, k, v, dout=None, **kw):
+    """(float64 reference, same computation in q.dtype): dicts with out, lse[, dq, dk, dv]."""
+    ref = _with_grads(attention_ref, q, k, v, dout, torch.float64, **kw)
+    low = _with_grads(attention_ref, q, k, v, dout, _lowp_dtype(q.dtype), **kw)
+    return ref, low
+
+
+def ref_and_lowp_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dout=None, **kw):
+    def fn(q, k, v, compute_dtype, **kw2):
+        return attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                    compute_dtype=compute_dtype, **kw2)
+
+    ref = _with_grads(fn, q, k, v, dout, torch.float64, **kw)
+    low = _with_grads(fn, q, k, v, dout, _lowp_dtype(q.dtype), **kw)
+    return ref, low

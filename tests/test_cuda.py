@@ -1,0 +1,148 @@
+"""CUDA-only extras (skipped without a GPU): larger shapes against a float32-upcast
+reference, deterministic mode bitwise over two runs, CUDA-graph capture + replay of
+forward + backward equal to eager."""
+import pytest
+import torch
+
+import flashattn
+from helpers import assert_close, kernel_skip_reason
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _skip(dtype, d, dv=None, backward=True):
+    r = kernel_skip_reason("cuda", dtype, d, dv, backward)
+    if r:
+        pytest.skip(r)
+
+
+def _ref_chunked(q, k, v, dout, causal, compute_dtype):
+    """Reference per (batch, head) with autograd, to keep the materialised scores small:
+    out and dq/dk/dv in compute_dtype (float32 upcast for the reference, q.dtype for the
+    low-precision baseline). GQA handled by mapping heads."""
+    from reference import attention_ref
+
+    B, sq, H, d = q.shape
+    hk = k.shape[2]
+    outs = torch.empty(B, sq, H, v.shape[-1], dtype=compute_dtype, device=q.device)
+    lse = torch.empty(B, H, sq, dtype=compute_dtype, device=q.device)
+    dq = torch.empty(q.shape, dtype=compute_dtype, device=q.device)
+    dk = torch.zeros(k.shape, dtype=compute_dtype, device=q.device)
+    dv = torch.zeros(v.shape, dtype=compute_dtype, device=q.device)
+    for b in range(B):
+        for h in range(H):
+            kh = h // (H // hk)
+            qs = q[b:b + 1, :, h:h + 1].to(compute_dtype).requires_grad_()
+            ks = k[b:b + 1, :, kh:kh + 1].to(compute_dtype).requires_grad_()
+            vs = v[b:b + 1, :, kh:kh + 1].to(compute_dtype).requires_grad_()
+            o, l = attention_ref(qs, ks, vs, causal=causal, softmax_scale=d ** -0.5,
+                                 compute_dtype=compute_dtype)
+            g = torch.autograd.grad(o, (qs, ks, vs), dout[b:b + 1, :, h:h + 1].to(compute_dtype))
+            outs[b, :, h], lse[b, h] = o[0, :, 0].detach(), l[0, 0].detach()
+            dq[b, :, h] = g[0][0, :, 0]
+            dk[b, :, kh] += g[1][0, :, 0]
+            dv[b, :, kh] += g[2][0, :, 0]
+    return dict(out=outs, lse=lse, dq=dq, dk=dk, dv=dv)
+
+
+@pytest.mark.parametrize("N,B,H,Hk,d,causal,dtype", [
+    (8192, 1, 2, 1, 128, True, torch.bfloat16),
+    (4096, 4, 2, 2, 64, False, torch.float16),
+    (2048, 4, 4, 2, 256, True, torch.bfloat16),
+    (8192, 1, 1, 1, 96, False, torch.float16),
+])
+def test_large_shapes(N, B, H, Hk, d, causal, dtype):
+    _skip(dtype, d)
+    q = torch.randn(B, N, H, d, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(B, N, Hk, d, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(B, N, Hk, d, device="cuda", dtype=dtype, requires_grad=True)
+    dout = torch.randn(B, N, H, d, device="cuda", dtype=dtype)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    ours = dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv)
+    ref = _ref_chunked(q.detach(), k.detach(), v.detach(), dout, causal, torch.float32)
+    low = _ref_chunked(q.detach(), k.detach(), v.detach(), dout, causal, dtype)
+    for name in ("out", "lse", "dq", "dk", "dv"):
+        assert_close(name, ours[name], ref[name], low[name], dtype,
+                     3.0 if name.startswith("d") else 2.0)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_deterministic_bitwise_large(varlen):
+    dtype = torch.bfloat16
+    _skip(dtype, 128)
+    H, Hk, d = 16, 2, 128
+    if varlen:
+        lens = [4096, 0, 1000, 3000]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32,
+                          device="cuda")
+        shape_q, shape_k = (sum(lens), H, d), (sum(lens), Hk, d)
+
+        def f(q, k, v):
+            return flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 4096, 4096, causal=True,
+                                                    deterministic=True)
+    else:
+        shape_q, shape_k = (2, 4096, H, d), (2, 4096, Hk, d)
+
+        def f(q, k, v):
+            return flashattn.flash_attn_func(q, k, v, deterministic=True)
+    q = torch.randn(shape_q, device="cuda", dtype=dtype)
+    k = torch.randn(shape_k, device="cuda", dtype=dtype)
+    v = torch.randn(shape_k, device="cuda", dtype=dtype)
+    dout = torch.randn(shape_q, device="cuda", dtype=dtype)
+    runs = []
+    for _ in range(2):
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        out = f(qg, kg, vg)
+        runs.append((out,) + torch.autograd.grad(out, (qg, kg, vg), dout))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *runs):
+        assert torch.equal(a, b), f"{name} differs between two deterministic runs"
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_cuda_graph_capture_replay(varlen):
+    """Capture fwd + bwd in a CUDA graph, replay on new data, compare with eager."""
+    dtype = torch.float16
+    _skip(dtype, 64)
+    H, Hk, d = 8, 2, 64
+    if varlen:
+        lens = [300, 0, 129]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32,
+                          device="cuda")
+        shape_q, shape_k = (sum(lens), H, d), (sum(lens), Hk, d)
+
+        def f(q, k, v):
+            return flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 300, 300, causal=True,
+                                                    deterministic=True)
+    else:
+        shape_q, shape_k = (2, 333, H, d), (2, 401, Hk, d)
+
+        def f(q, k, v):
+            return flashattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+
+    static = [torch.randn(s, device="cuda", dtype=dtype) for s in (shape_q, shape_k, shape_k,
+                                                                   shape_q)]
+    q, k, v = (t.requires_grad_() for t in static[:3])
+    dout = static[3]
+
+    def step():
+        out = f(q, k, v)
+        return (out,) + torch.autograd.grad(out, (q, k, v), dout)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        graph_out = step()
+    with torch.no_grad():
+        for t in static:
+            t.copy_(torch.randn_like(t))
+    g.replay()
+    torch.cuda.synchronize()
+    eager = step()
+    for name, a, b in zip(("out", "dq", "dk", "dv"), graph_out, eager):
+        assert torch.equal(a, b), f"{name}: graph replay differs from eager"

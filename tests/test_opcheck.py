@@ -1,0 +1,96 @@
+"""torch.library.opcheck on every op (schema, fake kernel, autograd registration, AOT
+dispatch with dynamic shapes) on a few small cases."""
+import pytest
+import torch
+
+import flashattn  # noqa: F401  (registers the ops)
+from helpers import DEVICES, kernel_skip_reason, rand
+
+ops = torch.ops.flashattn
+
+
+def _dtype(device):
+    return torch.float32 if device == "cpu" else torch.float16
+
+
+# (sq, sk, H, Hk, d, dv, causal, window, softcap, alibi)
+PADDED = [
+    (5, 9, 4, 2, 16, 16, True, (-1, -1), 0.0, None),
+    (9, 3, 2, 1, 24, 8, False, (2, 1), 1.5, "bh"),
+]
+
+
+def _skip(device, dtype, d, dv):
+    reason = kernel_skip_reason(device, dtype, d, dv)
+    if reason:
+        pytest.skip(reason)
+
+
+def _padded_args(device, case, requires_grad):
+    sq, sk, H, Hk, d, dv, causal, window, softcap, alibi = case
+    dtype = _dtype(device)
+    _skip(device, dtype, d, dv)
+    B = 2
+    q = rand([B, sq, H, d], dtype, device).requires_grad_(requires_grad)
+    k = rand([B, sk, Hk, d], dtype, device).requires_grad_(requires_grad)
+    v = rand([B, sk, Hk, dv], dtype, device).requires_grad_(requires_grad)
+    slopes = None if alibi is None else torch.rand(B, H, device=device)
+    wl, wr = window[0], 0 if causal else window[1]
+    return (q, k, v, d ** -0.5, causal, wl, wr, softcap, slopes)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", PADDED)
+def test_opcheck_fwd(device, case):
+    args = _padded_args(device, case, requires_grad=True)
+    torch.library.opcheck(ops.fwd.default, args, {"deterministic": False})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", PADDED)
+def test_opcheck_bwd(device, case):
+    q, k, v, *opts = _padded_args(device, case, requires_grad=False)
+    out, lse = ops.fwd(q, k, v, *opts)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(ops.bwd.default, (dout, q, k, v, out, lse, *opts, False))
+
+
+# (lens_q, lens_k, H, Hk, d, dv, causal, window, softcap, alibi)
+VARLEN = [
+    ([5, 0, 7], [9, 3, 4], 4, 2, 16, 16, True, (-1, -1), 0.0, None),
+    ([3, 6], [6, 0], 2, 1, 24, 8, False, (2, 1), 1.5, "bh"),
+]
+
+
+def _varlen_args(device, case, requires_grad):
+    lens_q, lens_k, H, Hk, d, dv, causal, window, softcap, alibi = case
+    dtype = _dtype(device)
+    _skip(device, dtype, d, dv)
+    q = rand([sum(lens_q), H, d], dtype, device).requires_grad_(requires_grad)
+    k = rand([sum(lens_k), Hk, d], dtype, device).requires_grad_(requires_grad)
+    v = rand([sum(lens_k), Hk, dv], dtype, device).requires_grad_(requires_grad)
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32,
+                        device=device)
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32,
+                        device=device)
+    slopes = None if alibi is None else torch.rand(len(lens_q), H, device=device)
+    wl, wr = window[0], 0 if causal else window[1]
+    return (q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), d ** -0.5, causal, wl, wr, softcap,
+            slopes)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", VARLEN)
+def test_opcheck_varlen_fwd(device, case):
+    args = _varlen_args(device, case, requires_grad=True)
+    torch.library.opcheck(ops.varlen_fwd.default, args, {"deterministic": True})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", VARLEN)
+def test_opcheck_varlen_bwd(device, case):
+    q, k, v, cu_q, cu_k, mq, mk, *opts = _varlen_args(device, case, requires_grad=False)
+    out, lse = ops.varlen_fwd(q, k, v, cu_q, cu_k, mq, mk, *opts)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(ops.varlen_bwd.default,
+                          (dout, q, k, v, out, lse, cu_q, cu_k, mq, mk, *opts, False))
