@@ -78,8 +78,13 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
   p.softmax_scale_log2 = static_cast<float>(opt.softmax_scale * M_LOG2E);
   p.softcap = static_cast<float>(opt.softcap);
   p.is_causal = opt.causal;
-  p.window_left = static_cast<int32_t>(opt.window_left);
-  p.window_right = static_cast<int32_t>(opt.causal ? 0 : opt.window_right);
+  // As flash-attn: a window side at least seqlen_k wide (max_seqlen_k for varlen) is
+  // unbounded. This matters when seqlen_q > seqlen_k (the diagonal shifts left).
+  int64_t wl = opt.window_left, wr = opt.causal ? 0 : opt.window_right;
+  if (wl >= pb.seqlen_k) wl = -1;
+  if (!opt.causal && wr >= pb.seqlen_k) wr = -1;
+  p.window_left = static_cast<int32_t>(wl);
+  p.window_right = static_cast<int32_t>(wr);
   if (opt.alibi_slopes.has_value()) {
     const Tensor& a = *opt.alibi_slopes;
     p.alibi_slopes = static_cast<const float*>(a.data_ptr());

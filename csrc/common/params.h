@@ -20,7 +20,8 @@ enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
 //   if alibi_slopes:     s += -slope * |i + sk - sq - j|
 //   visible(i, j) iff    (window_left  < 0 || j >= i + sk - sq - window_left) &&
 //                        (window_right < 0 || j <= i + sk - sq + window_right)
-//   causal is passed as window_right = 0 (bottom-right aligned, flash-attn >= 2.1).
+//   causal is passed as window_right = 0 (bottom-right aligned, flash-attn >= 2.1); the API
+//   passes a window side >= seqlen_k (max_seqlen_k for varlen) as -1, as flash-attn does.
 // A row with no visible key gives out = 0 and lse = -inf.
 struct FwdParams {
   // Inputs. q/k have head dim `headdim`; v and out have head dim `headdim_v`.
