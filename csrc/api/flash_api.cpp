@@ -7,6 +7,7 @@
 
 #include <limits>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../common/tile_policy.h"
@@ -176,22 +177,10 @@ void dispatch_fwd(const FwdParams& p, const Tensor& q) {
 #endif
 }
 
-void dispatch_bwd(BwdParams& p, const Tensor& q) {
-  if (q.is_cpu()) {
-    BwdWorkspaceSizes ws = cpu::bwd_workspace(p);
-    Tensor f32 = new_empty({ws.f32_elems}, ScalarType::Float, q);
-    Tensor i32 = new_empty({ws.i32_elems}, ScalarType::Int, q);
-    torch::stable::zero_(f32);
-    torch::stable::zero_(i32);
-    p.workspace_f32 = static_cast<float*>(f32.data_ptr());
-    p.workspace_f32_elems = ws.f32_elems;
-    p.workspace_i32 = static_cast<int32_t*>(i32.data_ptr());
-    p.workspace_i32_elems = ws.i32_elems;
-    return cpu::run_bwd(p, cpu_parallel_for());
-  }
-#if !defined(FLASHATTN_DISABLE_SM80) && !defined(FLASHATTN_DISABLE_BACKWARD)
-  torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  BwdWorkspaceSizes ws = sm80::bwd_workspace(p);
+// The backend's workspace, zeroed, through torch's allocator (kept alive by the caller
+// until the backend's work is enqueued; the caching allocator orders reuse on the stream).
+std::pair<Tensor, Tensor> alloc_workspace(BwdParams& p, const BwdWorkspaceSizes& ws,
+                                          const Tensor& q) {
   Tensor f32 = new_empty({ws.f32_elems}, ScalarType::Float, q);
   Tensor i32 = new_empty({ws.i32_elems}, ScalarType::Int, q);
   torch::stable::zero_(f32);
@@ -200,6 +189,17 @@ void dispatch_bwd(BwdParams& p, const Tensor& q) {
   p.workspace_f32_elems = ws.f32_elems;
   p.workspace_i32 = static_cast<int32_t*>(i32.data_ptr());
   p.workspace_i32_elems = ws.i32_elems;
+  return {f32, i32};
+}
+
+void dispatch_bwd(BwdParams& p, const Tensor& q) {
+  if (q.is_cpu()) {
+    auto ws = alloc_workspace(p, cpu::bwd_workspace(p), q);
+    return cpu::run_bwd(p, cpu_parallel_for());
+  }
+#if !defined(FLASHATTN_DISABLE_SM80) && !defined(FLASHATTN_DISABLE_BACKWARD)
+  torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
+  auto ws = alloc_workspace(p, sm80::bwd_workspace(p), q);
   sm80::run_bwd(p, current_stream(q));
 #else
   no_cuda_kernels("the backward (FLASHATTN_DISABLE_BACKWARD builds have none)");
