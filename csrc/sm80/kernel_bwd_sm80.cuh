@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include "../common/mask.h"
 #include "../common/params.h"
 #include "../common/seqlen.h"
@@ -72,43 +73,51 @@ __device__ __forceinline__ void load_tile(Element* smem, const Element* gmem, in
   constexpr bool kUniform = kThreads % kChunksPerRow == 0 && kChunks % kThreads == 0 &&
                             (kThreads / kChunksPerRow) % 8 == 0;
   constexpr int kPasses = (kChunks + kThreads - 1) / kThreads;
-  auto copy = [&](Element* dst, const Element* src, int nvalid) {
-    if (aligned) {
-      cp_async_16_n(smem_u32(dst), src, nvalid * 2);
-    } else {
-      uint4 raw;
-      uint16_t* e = reinterpret_cast<uint16_t*>(&raw);
-      const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
+  // `aligned` is tested once, outside the per-chunk loops: a branch per chunk splits the
+  // issue of the cp.async into basic blocks (it runs in the main loop).
+  auto body = [&](auto kAligned) {
+    auto copy = [&](Element* dst, const Element* src, int nvalid) {
+      if constexpr (decltype(kAligned)::value) {
+        cp_async_16_n(smem_u32(dst), src, nvalid * 2);
+      } else {
+        uint4 raw;
+        uint16_t* e = reinterpret_cast<uint16_t*>(&raw);
+        const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) e[i] = i < nvalid ? s16[i] : uint16_t(0);
-      *reinterpret_cast<uint4*>(dst) = raw;
+        for (int i = 0; i < 8; ++i) e[i] = i < nvalid ? s16[i] : uint16_t(0);
+        *reinterpret_cast<uint4*>(dst) = raw;
+      }
+    };
+    if constexpr (kUniform) {
+      constexpr int kRowStep = kThreads / kChunksPerRow;  // multiple of 8: swizzle unchanged
+      const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
+      int ncol = cols_valid - col;
+      ncol = ncol < 0 ? 0 : (ncol > 8 ? 8 : ncol);
+      Element* dst = smem + swz<kCols>(r0, col);
+      const Element* src = gmem + r0 * row_stride + col;
+      const int64_t step = kRowStep * row_stride;
+#pragma unroll
+      for (int it = 0; it < kPasses; ++it) {
+        const bool valid = r0 + it * kRowStep < rows_valid && ncol > 0;
+        copy(dst + it * kRowStep * kCols, valid ? src : gmem, valid ? ncol : 0);
+        src += step;
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < kPasses; ++it) {
+        const int idx = tid + it * kThreads;
+        if (kChunks % kThreads != 0 && idx >= kChunks) break;
+        const int r = idx / kChunksPerRow, col = (idx % kChunksPerRow) * 8;
+        int nvalid = r < rows_valid ? cols_valid - col : 0;
+        nvalid = nvalid < 0 ? 0 : (nvalid > 8 ? 8 : nvalid);
+        copy(smem + swz<kCols>(r, col), nvalid > 0 ? gmem + r * row_stride + col : gmem, nvalid);
+      }
     }
   };
-  if constexpr (kUniform) {
-    constexpr int kRowStep = kThreads / kChunksPerRow;  // multiple of 8: swizzle unchanged
-    const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
-    int ncol = cols_valid - col;
-    ncol = ncol < 0 ? 0 : (ncol > 8 ? 8 : ncol);
-    Element* dst = smem + swz<kCols>(r0, col);
-    const Element* src = gmem + r0 * row_stride + col;
-    const int64_t step = kRowStep * row_stride;
-#pragma unroll
-    for (int it = 0; it < kPasses; ++it) {
-      const bool valid = r0 + it * kRowStep < rows_valid && ncol > 0;
-      copy(dst + it * kRowStep * kCols, valid ? src : gmem, valid ? ncol : 0);
-      src += step;
-    }
-  } else {
-#pragma unroll
-    for (int it = 0; it < kPasses; ++it) {
-      const int idx = tid + it * kThreads;
-      if (kChunks % kThreads != 0 && idx >= kChunks) break;
-      const int r = idx / kChunksPerRow, col = (idx % kChunksPerRow) * 8;
-      int nvalid = r < rows_valid ? cols_valid - col : 0;
-      nvalid = nvalid < 0 ? 0 : (nvalid > 8 ? 8 : nvalid);
-      copy(smem + swz<kCols>(r, col), nvalid > 0 ? gmem + r * row_stride + col : gmem, nvalid);
-    }
-  }
+  if (aligned)
+    body(std::true_type{});
+  else
+    body(std::false_type{});
 }
 
 // Rank of key block n at query block m when every key block visits all M query blocks
@@ -351,41 +360,46 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     gemm_sdp(acc_s, sK, sQs);
 
     // P = exp2(s * log2e - lse * log2e) recomputed; dS = P (dP - D) [* (1 - tanh^2)].
-    // Masking per element only on tiles that cross a boundary (or with ALiBi).
+    // Masking per element only on tiles that cross a boundary (or with ALiBi). The test is
+    // hoisted out of the element loop: a branch per element serialises the ex2 latencies.
     const bool full_tile = m0 + kBM <= sq && n0 + kBN <= sk &&
                            (!has_window || (mi.key_begin(m0 + kBM - 1) <= n0 &&
                                             mi.key_end(m0) >= n0 + kBN));
-    const bool elementwise = !full_tile || slope_log2 != 0.f;
+    auto pointwise = [&](auto kMasked) {
 #pragma unroll
-    for (int c = 0; c < kNT1; ++c) {
-      const int ml0 = wm1 * Tile::kTileMSdP + c * 8 + (lane % 4) * 2;
-      const float2 lse2 = *reinterpret_cast<const float2*>(sLs + ml0);
-      const float2 dsum2 = *reinterpret_cast<const float2*>(sDs + ml0);
+      for (int c = 0; c < kNT1; ++c) {
+        const int ml0 = wm1 * Tile::kTileMSdP + c * 8 + (lane % 4) * 2;
+        const float2 lse2 = *reinterpret_cast<const float2*>(sLs + ml0);
+        const float2 dsum2 = *reinterpret_cast<const float2*>(sDs + ml0);
 #pragma unroll
-      for (int a = 0; a < kMT1; ++a)
+        for (int a = 0; a < kMT1; ++a)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int nl = wn1 * Tile::kTileNSdP + a * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-          const int ml = ml0 + (e & 1);
-          float x, dtanh = 1.f;
-          if constexpr (Has_softcap) {
-            const float t = fast_tanh(acc_s[a][c][e] * scale_over_cap);
-            x = t * cap_log2;
-            dtanh = 1.f - t * t;
-          } else {
-            x = acc_s[a][c][e] * scale_log2;
+          for (int e = 0; e < 4; ++e) {
+            float x, dtanh = 1.f;
+            if constexpr (Has_softcap) {
+              const float t = fast_tanh(acc_s[a][c][e] * scale_over_cap);
+              x = t * cap_log2;
+              dtanh = 1.f - t * t;
+            } else {
+              x = acc_s[a][c][e] * scale_log2;
+            }
+            if constexpr (decltype(kMasked)::value) {
+              const int nl = wn1 * Tile::kTileNSdP + a * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+              const int i = m0 + ml0 + (e & 1), j = n0 + nl;
+              const int dist = i + shift - j;
+              x -= slope_log2 * static_cast<float>(dist < 0 ? -dist : dist);
+              if (i >= sq || !mi.visible(i, j)) x = -INFINITY;
+            }
+            const float pv = fast_exp2(x - ((e & 1) ? lse2.y : lse2.x));
+            acc_s[a][c][e] = pv;
+            acc_dp[a][c][e] = pv * (acc_dp[a][c][e] - ((e & 1) ? dsum2.y : dsum2.x)) * dtanh;
           }
-          if (elementwise) {
-            const int i = m0 + ml, j = n0 + nl;
-            const int dist = i + shift - j;
-            x -= slope_log2 * static_cast<float>(dist < 0 ? -dist : dist);
-            if (i >= sq || !mi.visible(i, j)) x = -INFINITY;
-          }
-          const float pv = fast_exp2(x - ((e & 1) ? lse2.y : lse2.x));
-          acc_s[a][c][e] = pv;
-          acc_dp[a][c][e] = pv * (acc_dp[a][c][e] - ((e & 1) ? dsum2.y : dsum2.x)) * dtanh;
-        }
-    }
+      }
+    };
+    if (!full_tile || slope_log2 != 0.f)
+      pointwise(std::true_type{});
+    else
+      pointwise(std::false_type{});
 
     // dS^T (and P^T on the smem path) to smem: [key row][query col], swizzled.
 #pragma unroll

@@ -49,14 +49,16 @@ struct BwdTile {
 };
 
 // Measured on the H200 (bf16, hidden 2048, tools/selftest_bwd_sm80.cu, 2026-11-29), TFLOP/s
-// at N = 8192 non-causal / causal:
-//   d128: FA2's layouts below (P^T and dS^T through smem, 32x32 S^T warp tiles) 234 / 217;
-//         every warp owning 16 whole key rows with P^T kept in registers 214 / 199 (it
-//         issues 176 ldmatrix.x4 per warp and step against 144: each warp reads the whole
-//         Q / dO tile as B operand); 4 warps x 64 keys at 2 CTAs per SM 173 / 168.
-//   d64:  BM = 128 (below) 184 / 173; BM = 64 192 / 179; registers path 190 / 177. BM = 128
-//         kept: deterministic mode runs at 0.83x of the default speed there against 0.72x
-//         (half the query blocks, so half the ordered adds per FLOP).
+// at N = 8192 non-causal / causal, with the masking and alignment tests hoisted out of the
+// element / chunk loops (kernel_bwd_sm80.cuh):
+//   d128: FA2's layouts below (P^T and dS^T through smem, 32x32 S^T warp tiles) 272 / 249;
+//         S^T first and the ex2 before the dP^T GEMM (FA2's order) 262 / 241; that plus
+//         the dQ GEMM and atomics before dV / dK 253 / 233. Before the hoisting: every warp
+//         owning 16 whole key rows with P^T kept in registers 214 / 199 against 234 / 217
+//         (176 ldmatrix.x4 per warp and step against 144); 4 warps x 64 keys, 2 CTAs/SM
+//         173 / 168.
+//   d64:  BM = 128 (below) 239 / 224; BM = 64 219 / 203 (before the hoisting BM = 64 led,
+//         192 / 179 against 184 / 173). Deterministic mode at N = 4096: 208 against 173.
 // d32 / d96 follow d64 / d128 (unmeasured). d >= 192: 64 / 32-row tiles keep smem within
 // the A100's 163 KB at 2 stages (d256: 159 / 146 TFLOP/s at N = 4096).
 template <int kHeadDim> struct BwdTileFor;
