@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../common/params.h"
+#include "../common/static_switch.h"
 #include "../common/tile_policy.h"
 #include "sm80_backend.h"
 #include "tile_bwd_sm80.h"
@@ -17,15 +18,10 @@ namespace flashattn::sm80 {
 template <int kHeadDim, typename Element>
 void run_bwd_hdim(const BwdParams&, cudaStream_t);
 
-#define FLASHATTN_BWD_EXTERN(D)                                                  \
+#define FLASHATTN_BWD_EXTERN(D)                                                   \
   extern template void run_bwd_hdim<D, __half>(const BwdParams&, cudaStream_t); \
   extern template void run_bwd_hdim<D, __nv_bfloat16>(const BwdParams&, cudaStream_t);
-FLASHATTN_BWD_EXTERN(32)
-FLASHATTN_BWD_EXTERN(64)
-FLASHATTN_BWD_EXTERN(96)
-FLASHATTN_BWD_EXTERN(128)
-FLASHATTN_BWD_EXTERN(192)
-FLASHATTN_BWD_EXTERN(256)
+FLASHATTN_FOR_EACH_HEADDIM(FLASHATTN_BWD_EXTERN)
 #undef FLASHATTN_BWD_EXTERN
 
 namespace {
@@ -40,18 +36,6 @@ int bucket_or_throw(const BwdParams& p) {
   return bucket;
 }
 
-template <typename Element>
-void run_bwd_dtype(const BwdParams& p, cudaStream_t s) {
-  switch (bucket_or_throw(p)) {
-    case 32: return run_bwd_hdim<32, Element>(p, s);
-    case 64: return run_bwd_hdim<64, Element>(p, s);
-    case 96: return run_bwd_hdim<96, Element>(p, s);
-    case 128: return run_bwd_hdim<128, Element>(p, s);
-    case 192: return run_bwd_hdim<192, Element>(p, s);
-    case 256: return run_bwd_hdim<256, Element>(p, s);
-    default: throw std::runtime_error("flashattn sm80 bwd: unexpected head-dim bucket");
-  }
-}
 }  // namespace
 
 BwdWorkspaceSizes bwd_workspace(const BwdParams& params) {
@@ -69,11 +53,11 @@ void run_bwd(const BwdParams& params, void* stream) {
       (w.i32_elems > 0 && params.workspace_i32 == nullptr))
     throw std::runtime_error("flashattn sm80 bwd: workspace smaller than bwd_workspace()");
   auto s = static_cast<cudaStream_t>(stream);
-  switch (params.dtype) {
-    case DType::kFloat16: return run_bwd_dtype<__half>(params, s);
-    case DType::kBFloat16: return run_bwd_dtype<__nv_bfloat16>(params, s);
-    default: throw std::runtime_error("flashattn sm80 bwd: dtype must be float16 or bfloat16");
-  }
+  const int bucket = bucket_or_throw(params);
+  FLASHATTN_FP16_SWITCH(params.dtype, "flashattn sm80 bwd", [&] {
+    FLASHATTN_HEADDIM_SWITCH(bucket, "flashattn sm80 bwd",
+                             [&] { run_bwd_hdim<kHeadDim, Element>(params, s); });
+  });
 }
 
 }  // namespace flashattn::sm80
