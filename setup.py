@@ -23,6 +23,8 @@ import generate_instantiations  # noqa: E402
 
 FLAGS = ["FLASHATTN_DISABLE_CUDA", "FLASHATTN_DISABLE_SM80", "FLASHATTN_DISABLE_SM90",
          "FLASHATTN_DISABLE_BACKWARD"]
+NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
+              "-Xcompiler=-fvisibility=hidden"]
 TORCH_TARGET_VERSION = "0x020a000000000000"  # the stable ABI of torch 2.10: runs on >= 2.10
 # Python's limited API (3.10+): torch's cpp_extension adds -DPy_LIMITED_API=0x030A0000 for
 # py_limited_api=True extensions.
@@ -62,30 +64,36 @@ def want_cuda():
 
 
 def requested_archs():
-    """Compute capabilities from TORCH_CUDA_ARCH_LIST (e.g. '8.0;9.0a'), or None for defaults."""
+    """TORCH_CUDA_ARCH_LIST entries as '80', '90', '90a', ... (None: the defaults)."""
     value = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if not value:
         return None
     archs = set()
     for item in re.split(r"[;\s,]+", value):
-        m = re.match(r"(\d+)\.(\d+)", item)
+        m = re.match(r"(\d+)\.(\d+)(a?)", item)
         if m:
-            archs.add(int(m.group(1)) * 10 + int(m.group(2)))
+            archs.add(f"{int(m.group(1)) * 10 + int(m.group(2))}{m.group(3)}")
     return archs
 
 
-def sm80_gencode():
-    """Portable sources: sm_80 and sm_90 machine code plus PTX of the newest, so later GPUs JIT."""
+def family_gencode(family):
+    """Arch flags per source family, narrowed by TORCH_CUDA_ARCH_LIST.
+
+    sm80 (portable): sm_80 and sm_90 machine code plus PTX of the newest, so later GPUs JIT;
+    any other plain arch >= 8.0 in the list is added. sm90 (Hopper): sm_90a only, built when
+    the list is unset or names 9.0a. Returns (nvcc flags, arch names); empty = family off."""
     req = requested_archs()
-    archs = [a for a in (80, 90) if req is None or a in req]
-    if req is not None:
-        archs += sorted(a for a in req if a >= 80 and a not in archs)
-    if not archs:
-        raise RuntimeError(f"TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST')} "
-                           "leaves no target >= 8.0 for the CUDA kernels")
-    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    flags.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
-    return flags, [f"sm_{a}" for a in archs]
+    if family == "sm80":
+        archs = [80, 90] if req is None else sorted(
+            int(a) for a in req if not a.endswith("a") and int(a) >= 80)
+        if not archs:
+            return [], []
+        flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+        flags.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
+        return flags, [f"sm_{a}" for a in archs]
+    if req is None or "90a" in req:
+        return ["-gencode=arch=compute_90a,code=sm_90a"], ["sm_90a"]
+    return [], []
 
 
 def write_build_config(config):
@@ -111,17 +119,24 @@ def make_extension():
 
     sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "api").glob("*.cpp"))
     sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "cpu").glob("*.cpp"))
-    cuda_archs = []
-    nvcc_flags = []
-    if not config["FLASHATTN_DISABLE_SM80"]:
-        cu = list((ROOT / "csrc" / "sm80").glob("*.cu"))
-        cu += list((ROOT / "csrc" / "instantiations").glob("*_sm80_*.cu"))
+    cuda_archs, nvcc_flags, separate = [], [], []
+    for family in ("sm80", "sm90"):
+        key = f"FLASHATTN_DISABLE_{family.upper()}"
+        cu = list((ROOT / "csrc" / family).glob("*.cu"))
+        cu += list((ROOT / "csrc" / "instantiations").glob(f"*_{family}_*.cu"))
         if config["FLASHATTN_DISABLE_BACKWARD"]:
             cu = [p for p in cu if "bwd" not in p.name]
-        sources += sorted(str(p.relative_to(ROOT)) for p in cu)
-        nvcc_flags, cuda_archs = sm80_gencode()
-    # Hopper (sm_90a) sources get their own arch flags when they exist; none yet.
-    config["FLASHATTN_DISABLE_SM90"] = True
+        flags, archs = family_gencode(family) if cuda else ([], [])
+        if config[key] or not cu or not flags:
+            config[key] = True  # off, empty (no Hopper sources yet) or narrowed away
+            continue
+        cuda_archs += archs
+        cu = sorted(str(p.relative_to(ROOT)) for p in cu)
+        if family == "sm80":  # compiled by torch's ninja build with the extension's flags
+            sources += cu
+            nvcc_flags = flags
+        else:                 # its own arch flags: compiled first, linked in as objects
+            separate.append((family, cu, flags))
     config["cuda_archs"] = cuda_archs
     config["torch_version"] = torch.__version__
     config["cuda_version"] = torch.version.cuda if cuda else None
@@ -130,19 +145,57 @@ def make_extension():
           f"{len(sources)} sources", flush=True)
 
     defines = [f"-D{flag}" for flag in FLAGS if config[flag]]
-    cxx = ["-O3", "-std=c++17", "-fvisibility=hidden", f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"] + defines
+    cxx = ["-O3", "-std=c++17", "-fvisibility=hidden",
+           f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"] + defines
     kwargs = dict(name="flashattn._C", sources=sources, py_limited_api=True,
                   include_dirs=[str(ROOT / "csrc")])
     if cuda:
-        nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
-                "-Xcompiler=-fvisibility=hidden"] + defines + nvcc_flags
-        return CUDAExtension(extra_compile_args={"cxx": cxx, "nvcc": nvcc}, **kwargs)
+        nvcc = NVCC_FLAGS + defines
+        ext = CUDAExtension(extra_compile_args={"cxx": cxx, "nvcc": nvcc + nvcc_flags}, **kwargs)
+        ext.flashattn_separate = [(family, cu, nvcc + flags) for family, cu, flags in separate]
+        return ext
     return CppExtension(extra_compile_args={"cxx": cxx}, **kwargs)
 
 
 def build_ext_cls():
-    from torch.utils.cpp_extension import BuildExtension
-    return BuildExtension.with_options(use_ninja=True)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension
+
+    class BuildExt(BuildExtension.with_options(use_ninja=True)):
+        """torch's ninja build, plus source families that need their own arch flags (Hopper's
+        sm_90a): compiled here with nvcc, in parallel, and linked in as extra objects."""
+
+        def build_extensions(self):
+            for ext in self.extensions:
+                for family, sources, flags in getattr(ext, "flashattn_separate", []):
+                    ext.extra_objects += self.compile_family(family, sources, flags)
+            super().build_extensions()
+
+        def compile_family(self, family, sources, flags):
+            out_dir = Path(self.build_temp).resolve() / family
+            out_dir.mkdir(parents=True, exist_ok=True)
+            headers = [p.stat().st_mtime for p in (ROOT / "csrc").rglob("*.h*")]
+            newest_header = max(headers, default=0)
+            nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
+
+            def compile_one(src):
+                obj = out_dir / (Path(src).stem + ".o")
+                src_path = ROOT / src
+                if obj.exists() and obj.stat().st_mtime > max(src_path.stat().st_mtime,
+                                                              newest_header):
+                    return str(obj)
+                cmd = [nvcc, *flags, "-Xcompiler=-fPIC", f"-I{ROOT / 'csrc'}", "-c",
+                       str(src_path), "-o", str(obj)]
+                print(f"flashattn: [{family}] nvcc {src}", flush=True)
+                subprocess.run(cmd, check=True)
+                return str(obj)
+
+            jobs = int(os.environ.get("MAX_JOBS", os.cpu_count() or 1))
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                return list(pool.map(compile_one, sources))
+
+    return BuildExt
 
 
 setup(
