@@ -5,6 +5,7 @@
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
+#include <algorithm>
 #include <limits>
 #include <tuple>
 #include <utility>
@@ -43,7 +44,8 @@ void check_options(const Options& opt, const Problem& pb, const Tensor& q) {
                   opt.window_left);
   FLASHATTN_CHECK(opt.window_right >= -1, "window_size[1] (window_right) must be >= -1, got ",
                   opt.window_right);
-  FLASHATTN_CHECK(opt.softcap >= 0.0, "softcap must be >= 0 (0 disables it), got ", opt.softcap);
+  FLASHATTN_CHECK(opt.softcap >= 0.0 && std::isfinite(opt.softcap),
+                  "softcap must be finite and >= 0 (0 disables it), got ", opt.softcap);
   FLASHATTN_CHECK(std::isfinite(opt.softmax_scale), "softmax_scale must be finite, got ",
                   opt.softmax_scale);
   if (opt.alibi_slopes.has_value()) {
@@ -112,6 +114,8 @@ Problem check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool varlen
                   "v headdim must be between 1 and ", kMaxHeadDimAllowed, ", got ", pb.headdim_v);
   FLASHATTN_CHECK(pb.nheads_k >= 1 && pb.nheads >= 1, "q and k must have at least one head, got ",
                   pb.nheads, " and ", pb.nheads_k);
+  FLASHATTN_CHECK(pb.nheads < std::numeric_limits<int32_t>::max(), "q has too many heads (",
+                  pb.nheads, ")");
   FLASHATTN_CHECK(pb.nheads % pb.nheads_k == 0, "nheads of q (", pb.nheads,
                   ") must be divisible by nheads of k and v (", pb.nheads_k, ")");
   FLASHATTN_CHECK(pb.total_q < std::numeric_limits<int32_t>::max() &&
@@ -167,8 +171,16 @@ cpu::ParallelFor cpu_parallel_for() {
              "FLASHATTN_DISABLE_CUDA or FLASHATTN_DISABLE_SM80, or without a CUDA toolkit)");
 }
 
+// The CUDA kernels put heads and batch on grid dimensions y and z (at most 65535 each).
+void check_cuda_grid(const FwdParams& p) {
+  FLASHATTN_CHECK(p.nheads <= 65535, "nheads must be <= 65535 on CUDA, got ", p.nheads);
+  FLASHATTN_CHECK(p.batch <= 65535, "the batch (number of sequences) must be <= 65535 on CUDA, got ",
+                  p.batch);
+}
+
 void dispatch_fwd(const FwdParams& p, const Tensor& q) {
   if (q.is_cpu()) return cpu::run_fwd(p, cpu_parallel_for());
+  check_cuda_grid(p);
 #ifndef FLASHATTN_DISABLE_SM80
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
   sm80::run_fwd(p, current_stream(q));
@@ -197,6 +209,7 @@ void dispatch_bwd(BwdParams& p, const Tensor& q) {
     auto ws = alloc_workspace(p, cpu::bwd_workspace(p), q);
     return cpu::run_bwd(p, cpu_parallel_for());
   }
+  check_cuda_grid(p);
 #if !defined(FLASHATTN_DISABLE_SM80) && !defined(FLASHATTN_DISABLE_BACKWARD)
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
   auto ws = alloc_workspace(p, sm80::bwd_workspace(p), q);
@@ -220,7 +233,7 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
   Tensor lse = pb.varlen ? new_empty({pb.nheads, pb.total_q}, ScalarType::Float, q)
                          : new_empty({pb.batch, pb.nheads, pb.seqlen_q}, ScalarType::Float, q);
   if (pb.total_q == 0) return {out, lse};
-  if (!pb.varlen && pb.seqlen_k == 0) {  // every row is empty: out 0, lse -inf
+  if ((!pb.varlen && pb.seqlen_k == 0) || (pb.varlen && pb.batch == 0)) {  // no visible key
     torch::stable::zero_(out);
     torch::stable::fill_(lse, -std::numeric_limits<double>::infinity());
     return {out, lse};
@@ -260,11 +273,16 @@ Tensors3 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tenso
   Tensor dq = torch::stable::empty(q.sizes(), q.scalar_type(), std::nullopt, q.device());
   Tensor dk = torch::stable::empty(k.sizes(), q.scalar_type(), std::nullopt, q.device());
   Tensor dv = torch::stable::empty(v.sizes(), q.scalar_type(), std::nullopt, q.device());
-  if (pb.total_q == 0 || pb.total_k == 0 || (!pb.varlen && (pb.seqlen_q == 0 || pb.seqlen_k == 0))) {
+  if (pb.total_q == 0 || pb.total_k == 0 || pb.batch == 0 ||
+      (!pb.varlen && (pb.seqlen_q == 0 || pb.seqlen_k == 0))) {
     torch::stable::zero_(dq);
     torch::stable::zero_(dk);
     torch::stable::zero_(dv);
     return {dq, dk, dv};
+  }
+  if (pb.varlen) {  // key rows outside every sequence get a zero gradient on every backend
+    torch::stable::zero_(dk);
+    torch::stable::zero_(dv);
   }
   Tensor dsum = new_empty(lse_shape, ScalarType::Float, q);
   BwdParams p;
@@ -301,8 +319,10 @@ Problem check_varlen(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   check_max_seqlen(max_seqlen_q, "max_seqlen_q");
   check_max_seqlen(max_seqlen_k, "max_seqlen_k");
   pb.batch = cu_q.size(0) - 1;
-  pb.seqlen_q = max_seqlen_q;
-  pb.seqlen_k = max_seqlen_k;
+  // No sequence is longer than its tensor: clamping the hints keeps grid and workspace
+  // sizes in 32-bit range whatever the caller passes.
+  pb.seqlen_q = std::min(max_seqlen_q, pb.total_q);
+  pb.seqlen_k = std::min(max_seqlen_k, pb.total_k);
   return pb;
 }
 

@@ -1,6 +1,8 @@
 // Host side of the sm80 backward for one (head-dim bucket, dtype): the argument block,
 // then preprocessing -> main kernel -> conversions, all on `stream`.
 #pragma once
+#include <stdexcept>
+#include <string>
 #include <cuda_runtime_api.h>
 #include <algorithm>
 #include <cstdint>
@@ -82,6 +84,15 @@ void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
   if (!empty) {
     dim3 grid(ws.n_blocks, p.nheads, p.batch);
     constexpr int kSmem = Tile::kSmemBytes;
+    int dev = 0, smem_optin = 0;
+    FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
+    FLASHATTN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem_optin < kSmem)  // e.g. sm_86/89 (99 KiB): no smaller backward tile yet
+      throw std::runtime_error("flashattn sm80 bwd: head dim " + std::to_string(kHeadDim) +
+                               " needs " + std::to_string(kSmem) +
+                               " bytes of shared memory per block, this GPU allows " +
+                               std::to_string(smem_optin));
     auto launch = [&](auto kernel) {
       if (kSmem > 48 * 1024)
         FLASHATTN_CUDA_CHECK(
@@ -93,6 +104,9 @@ void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
     if (p.softcap > 0.f)
       launch(bwd_main_kernel<Tile, Element, true>);
     else
+#else
+    if (p.softcap > 0.f)
+      throw std::runtime_error("flashattn sm80 bwd: built with FLASHATTN_DISABLE_SOFTCAP");
 #endif
       launch(bwd_main_kernel<Tile, Element, false>);
   }
