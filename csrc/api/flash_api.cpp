@@ -171,16 +171,8 @@ cpu::ParallelFor cpu_parallel_for() {
              "FLASHATTN_DISABLE_CUDA or FLASHATTN_DISABLE_SM80, or without a CUDA toolkit)");
 }
 
-// The CUDA kernels put heads and batch on grid dimensions y and z (at most 65535 each).
-void check_cuda_grid(const FwdParams& p) {
-  FLASHATTN_CHECK(p.nheads <= 65535, "nheads must be <= 65535 on CUDA, got ", p.nheads);
-  FLASHATTN_CHECK(p.batch <= 65535, "the batch (number of sequences) must be <= 65535 on CUDA, got ",
-                  p.batch);
-}
-
 void dispatch_fwd(const FwdParams& p, const Tensor& q) {
   if (q.is_cpu()) return cpu::run_fwd(p, cpu_parallel_for());
-  check_cuda_grid(p);
 #ifndef FLASHATTN_DISABLE_SM80
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
   sm80::run_fwd(p, current_stream(q));
@@ -209,7 +201,6 @@ void dispatch_bwd(BwdParams& p, const Tensor& q) {
     auto ws = alloc_workspace(p, cpu::bwd_workspace(p), q);
     return cpu::run_bwd(p, cpu_parallel_for());
   }
-  check_cuda_grid(p);
 #if !defined(FLASHATTN_DISABLE_SM80) && !defined(FLASHATTN_DISABLE_BACKWARD)
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
   auto ws = alloc_workspace(p, sm80::bwd_workspace(p), q);
@@ -279,10 +270,6 @@ Tensors3 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tenso
     torch::stable::zero_(dk);
     torch::stable::zero_(dv);
     return {dq, dk, dv};
-  }
-  if (pb.varlen) {  // key rows outside every sequence get a zero gradient on every backend
-    torch::stable::zero_(dk);
-    torch::stable::zero_(dv);
   }
   Tensor dsum = new_empty(lse_shape, ScalarType::Float, q);
   BwdParams p;

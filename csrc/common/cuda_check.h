@@ -2,6 +2,8 @@
 // a Python RuntimeError); never exit. Host code only.
 #pragma once
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +14,14 @@ inline void cuda_check(cudaError_t err, const char* what, const char* file, int 
     throw std::runtime_error(std::string("flashattn: CUDA error in ") + what + " at " + file +
                              ":" + std::to_string(line) + ": " + cudaGetErrorString(err));
   }
+}
+
+// Kernels that put heads and batch on gridDim.y / gridDim.z (at most 65535 each).
+inline void check_grid_heads_batch(int64_t nheads, int64_t batch, const char* what) {
+  if (nheads > 65535 || batch > 65535)
+    throw std::runtime_error(std::string(what) + ": nheads (" + std::to_string(nheads) +
+                             ") and the batch / number of sequences (" + std::to_string(batch) +
+                             ") must be <= 65535 on CUDA");
 }
 
 }  // namespace flashattn

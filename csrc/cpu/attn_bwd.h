@@ -175,7 +175,26 @@ struct BwdKernel {
     }
   }
 
+  // Varlen key rows before the first or after the last sequence: no task writes them, so
+  // their dK / dV are zeroed here (the CUDA backend's convert kernel does the same).
+  static void zero_uncovered_kv_rows(const BwdParams& p) {
+    const int64_t first = clamp_i64(p.cu_seqlens_k[0], 0, p.total_k);
+    const int64_t last = clamp_i64(p.cu_seqlens_k[p.batch], first, p.total_k);
+    const float zeros[kMaxHeadDim] = {};
+    for (int64_t r = 0; r < p.total_k; ++r) {
+      if (r == first) r = last;
+      if (r >= p.total_k) break;
+      for (int hk = 0; hk < p.nheads_k; ++hk) {
+        store_row<kDt>(zeros, p.headdim, 1.f,
+                       static_cast<T*>(p.dk_ptr) + r * p.dk_row_stride + hk * p.dk_head_stride);
+        store_row<kDt>(zeros, p.headdim_v, 1.f,
+                       static_cast<T*>(p.dv_ptr) + r * p.dv_row_stride + hk * p.dv_head_stride);
+      }
+    }
+  }
+
   static void run(const BwdParams& p, const ParallelFor& parallel_for) {
+    if (p.is_varlen) zero_uncovered_kv_rows(p);
     const int n_splits = bwd_num_splits(p);
     int max_sq = p.seqlen_q;
     if (p.is_varlen) {

@@ -47,13 +47,13 @@ BwdWorkspaceSizes bwd_workspace(const BwdParams& params) {
 }
 
 void run_bwd(const BwdParams& params, void* stream) {
-  const BwdWorkspaceLayout w = bwd_workspace_layout(params, bucket_or_throw(params));
+  const int bucket = bucket_or_throw(params);
+  const BwdWorkspaceLayout w = bwd_workspace_layout(params, bucket);
   if (params.workspace_f32_elems < w.f32_elems || params.workspace_i32_elems < w.i32_elems ||
       (w.f32_elems > 0 && params.workspace_f32 == nullptr) ||
       (w.i32_elems > 0 && params.workspace_i32 == nullptr))
     throw std::runtime_error("flashattn sm80 bwd: workspace smaller than bwd_workspace()");
   auto s = static_cast<cudaStream_t>(stream);
-  const int bucket = bucket_or_throw(params);
   FLASHATTN_FP16_SWITCH(params.dtype, "flashattn sm80 bwd", [&] {
     FLASHATTN_HEADDIM_SWITCH(bucket, "flashattn sm80 bwd",
                              [&] { run_bwd_hdim<kHeadDim, Element>(params, s); });

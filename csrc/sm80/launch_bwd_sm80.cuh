@@ -36,6 +36,7 @@ void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
                 "bwd_block_m / bwd_block_n must match the tile (workspace sizing)");
   const BwdParams& p = params;
   if (p.batch == 0 || p.nheads == 0 || p.total_q == 0 || p.total_k == 0) return;
+  check_grid_heads_batch(p.nheads, p.batch, "flashattn sm80 bwd");
   // Varlen with max_seqlen 0: no sequence has rows; only the conversions run (zeros).
   const bool empty = p.seqlen_q == 0 || p.seqlen_k == 0;
 

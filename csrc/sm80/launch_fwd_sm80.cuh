@@ -40,8 +40,8 @@ void launch_fwd(const FwdParams& p, bool vec_ok, dim3 grid, cudaStream_t stream)
 template <typename Traits>
 void launch_fwd_variants(const FwdParams& p, cudaStream_t stream) {
   const int64_t m_blocks = (int64_t(p.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM;
-  if (p.nheads > 65535 || p.batch > 65535 || m_blocks > 0x7fffffff)
-    throw std::runtime_error("flashattn sm80 fwd: grid too large (nheads and batch <= 65535)");
+  check_grid_heads_batch(p.nheads, p.batch, "flashattn sm80 fwd");
+  if (m_blocks > 0x7fffffff) throw std::runtime_error("flashattn sm80 fwd: seqlen_q too large");
   const dim3 grid(static_cast<unsigned>(m_blocks), p.nheads, p.batch);
   const bool vec_ok = fwd_vectorizable(p);
   const bool even_k = vec_ok && p.headdim == Traits::kHeadDim && p.headdim_v == Traits::kHeadDim;
