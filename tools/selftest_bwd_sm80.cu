@@ -272,7 +272,6 @@ static bool run_case(const Case& c, std::mt19937& rng) {
   p.dtype = DType::kBFloat16;
   p.softmax_scale = scale; p.softmax_scale_log2 = scale * 1.4426950408889634f;
   p.softcap = c.softcap; p.window_left = c.wl; p.window_right = c.wr;
-  p.is_causal = c.wr == 0 && c.wl < 0;
   if (c.alibi) { p.alibi_slopes = dev(slopes); p.alibi_batch_stride = H; }
   p.deterministic = c.deterministic;
 
@@ -327,7 +326,7 @@ static void bench(int d, int N, bool causal, bool deterministic) {
   p.dtype = DType::kBFloat16;
   p.softmax_scale = 1.f / std::sqrt(float(d));
   p.softmax_scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  p.window_right = causal ? 0 : -1; p.is_causal = causal;
+  p.window_right = causal ? 0 : -1;
   p.deterministic = deterministic;
   BwdWorkspaceSizes ws = workspace(p);
   float* wf; int32_t* wi;

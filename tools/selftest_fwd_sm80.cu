@@ -184,7 +184,6 @@ bool run_case(const Case& c, std::mt19937& rng) {
   p.softcap = c.softcap;
   p.window_left = c.wl;
   p.window_right = c.causal ? 0 : c.wr;
-  p.is_causal = c.causal;
   p.alibi_slopes = slopes_d;
   if (c.bad_meta) {  // decreasing, negative and past-the-end offsets
     std::vector<int32_t> bad = {5, 900000, 40, -7, int32_t(rq) + 1000};
@@ -360,7 +359,6 @@ struct Cell {
     p.softmax_scale = 1.f / std::sqrt(float(d));
     p.softmax_scale_log2 = p.softmax_scale * 1.4426950408889634f;
     p.window_right = causal ? 0 : -1;
-    p.is_causal = causal;
   }
   ~Cell() {
     for (uint16_t* t : {q, k, v, o}) cudaFree(t);

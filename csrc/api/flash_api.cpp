@@ -37,8 +37,6 @@ using torch::stable::Tensor;
 using Tensors2 = std::tuple<Tensor, Tensor>;
 using Tensors3 = std::tuple<Tensor, Tensor, Tensor>;
 
-constexpr int64_t kMaxHeadDimAllowed = kMaxHeadDim;
-
 void check_options(const Options& opt, const Problem& pb, const Tensor& q) {
   FLASHATTN_CHECK(opt.window_left >= -1, "window_size[0] (window_left) must be >= -1, got ",
                   opt.window_left);
@@ -108,10 +106,10 @@ Problem check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool varlen
   }
   check_size(v, "v", o, pb.nheads_k, "nheads (must equal k's)");
   check_size(k, "k", o + 1, pb.headdim, "headdim (must equal q's)");
-  FLASHATTN_CHECK(pb.headdim >= 1 && pb.headdim <= kMaxHeadDimAllowed,
-                  "q headdim must be between 1 and ", kMaxHeadDimAllowed, ", got ", pb.headdim);
-  FLASHATTN_CHECK(pb.headdim_v >= 1 && pb.headdim_v <= kMaxHeadDimAllowed,
-                  "v headdim must be between 1 and ", kMaxHeadDimAllowed, ", got ", pb.headdim_v);
+  FLASHATTN_CHECK(pb.headdim >= 1 && pb.headdim <= kMaxHeadDim,
+                  "q headdim must be between 1 and ", kMaxHeadDim, ", got ", pb.headdim);
+  FLASHATTN_CHECK(pb.headdim_v >= 1 && pb.headdim_v <= kMaxHeadDim,
+                  "v headdim must be between 1 and ", kMaxHeadDim, ", got ", pb.headdim_v);
   FLASHATTN_CHECK(pb.nheads_k >= 1 && pb.nheads >= 1, "q and k must have at least one head, got ",
                   pb.nheads, " and ", pb.nheads_k);
   FLASHATTN_CHECK(pb.nheads < std::numeric_limits<int32_t>::max(), "q has too many heads (",

@@ -77,7 +77,6 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
   p.softmax_scale = static_cast<float>(opt.softmax_scale);
   p.softmax_scale_log2 = static_cast<float>(opt.softmax_scale * M_LOG2E);
   p.softcap = static_cast<float>(opt.softcap);
-  p.is_causal = opt.causal;
   // As flash-attn: a window side at least seqlen_k wide (max_seqlen_k for varlen) is
   // unbounded. This matters when seqlen_q > seqlen_k (the diagonal shifts left).
   int64_t wl = opt.window_left, wr = opt.causal ? 0 : opt.window_right;

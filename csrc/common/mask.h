@@ -1,7 +1,6 @@
-// Score transform and visibility, written once for every backend (see params.h for the
-// semantics). Backends use these per element or derive block ranges from them.
+// Visibility and ALiBi slopes, written once for every backend (the score semantics are in
+// params.h). Backends use these per element or derive block ranges from them.
 #pragma once
-#include <cmath>
 #include <cstdint>
 #include "seqlen.h"
 
@@ -47,19 +46,6 @@ FLASHATTN_HOST_DEVICE MaskInfo mask_info(const FwdParams& p, const SeqInfo& s) {
 // ALiBi slope of (b, h); 0 when off.
 FLASHATTN_HOST_DEVICE float alibi_slope(const FwdParams& p, int b, int h) {
   return p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
-}
-
-// s = q.k (raw dot product) -> the score before the mask, natural-log units:
-// scale, then softcap (softcap * tanh(s / softcap)), then ALiBi.
-FLASHATTN_HOST_DEVICE float transform_score(float qk, float scale, float softcap, float slope,
-                                            int32_t i, int32_t j, int32_t shift) {
-  float s = qk * scale;
-  if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-  if (slope != 0.f) {
-    const int32_t dist = i + shift - j;
-    s -= slope * static_cast<float>(dist < 0 ? -dist : dist);
-  }
-  return s;
 }
 
 }  // namespace flashattn

@@ -58,11 +58,9 @@ struct FwdParams {
   float softmax_scale_log2 = 1.f;  // softmax_scale * log2(e), for exp2
   float softcap = 0.f;             // 0 = off
   int32_t window_left = -1, window_right = -1;  // -1 = unbounded
-  bool is_causal = false;          // informational: window_right == 0 already encodes it
   const float* alibi_slopes = nullptr;  // fp32, slope of (b, h) at b * alibi_batch_stride + h
   int64_t alibi_batch_stride = 0;       // 0 when slopes are (nheads,)
 
-  bool is_local() const { return window_left >= 0 || window_right >= 0; }
 };
 
 struct BwdParams : FwdParams {

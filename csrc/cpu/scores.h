@@ -27,7 +27,7 @@ inline void scores_log2(const FwdParams& p, const MaskInfo& mi, float slope, int
       }
     }
   } else {
-    // transform_score (mask.h) step by step, kW columns at a time: scale, softcap, ALiBi.
+    // the score of params.h step by step, kW columns at a time: scale, softcap, ALiBi.
     const vf scale = vbcast(p.softmax_scale), cap = vbcast(softcap), log2e = vbcast(kLog2e);
     const vf neg_slope = vbcast(-slope), one = vbcast(1.f);
     vi lane;
