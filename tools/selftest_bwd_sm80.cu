@@ -360,6 +360,11 @@ static void bench(int d, int N, bool causal, bool deterministic) {
 }
 
 int main(int argc, char** argv) {
+  // --one d N causal det: time one cell only (for a profiler).
+  if (argc == 6 && std::string(argv[1]) == "--one") {
+    bench(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]) != 0, std::atoi(argv[5]) != 0);
+    return 0;
+  }
   const unsigned seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);

@@ -402,17 +402,39 @@ void bench() {
 
 // Tile alternatives timed side by side (same cells, same process).
 template <int D, int BM, int BN, int W, int S, int MB>
-void variant(Cell& c) {
+void variant(Cell& c, bool heavy_first = false) {
   using T = flashattn::sm80::FwdTraits<D, __nv_bfloat16, BM, BN, W, S, MB>;
   const dim3 grid((c.N + BM - 1) / BM, c.H, c.B);
   const double ms = c.time_ms([&] {
-    flashattn::sm80::launch_fwd<T, true, false>(c.p, true, grid, nullptr);
+    flashattn::sm80::launch_fwd<T, true, false>(c.p, true, grid, nullptr, heavy_first);
   });
-  std::printf("  %3dx%-3d w%d s%d mb%d: %8.3f ms %7.1f TFLOP/s\n", BM, BN, W, S, MB, ms,
-              c.flops() / ms / 1e9);
+  std::printf("  %3dx%-3d w%d s%d mb%d%s: %8.3f ms %7.1f TFLOP/s\n", BM, BN, W, S, MB,
+              heavy_first ? " heavy-first" : "", ms, c.flops() / ms / 1e9);
 }
 
 void bench_variants() {
+  // d256 causal at small N: 128-row tiles waste more of the diagonal and leave a tail.
+  for (int N : {512, 1024, 2048})
+    for (int causal = 0; causal < 2; ++causal) {
+      Cell c(256, N, causal);
+      std::printf("d256 N %d causal %d\n", N, causal);
+      variant<256, 128, 64, 8, 1, 1>(c);
+      variant<256, 128, 64, 8, 1, 1>(c, true);
+      variant<256, 64, 32, 4, 2, 2>(c);
+      variant<256, 64, 32, 4, 2, 2>(c, true);
+    }
+  for (int d : {64, 128})
+    for (int N : {512, 2048, 16384}) {
+      Cell c(d, N, 1);
+      std::printf("d%d N %d causal 1\n", d, N);
+      if (d == 64) {
+        variant<64, 128, 128, 4, 2, 2>(c);
+        variant<64, 128, 128, 4, 2, 2>(c, true);
+      } else {
+        variant<128, 128, 64, 4, 2, 2>(c);
+        variant<128, 128, 64, 4, 2, 2>(c, true);
+      }
+    }
   for (int N : {2048, 8192})
     for (int causal = 0; causal < 2; ++causal) {
       {

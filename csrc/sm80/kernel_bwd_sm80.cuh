@@ -120,6 +120,39 @@ __device__ __forceinline__ void load_tile(Element* smem, const Element* gmem, in
     body(std::false_type{});
 }
 
+// load_tile for a tile known to be whole (every row and column valid, 16-byte aligned): a
+// plain cp.async per chunk, no zero-fill bookkeeping (about 12 instructions less per chunk
+// in the main loop, where Q and dO are loaded every step).
+template <int kRows, int kCols, int kThreads, typename Element>
+__device__ __forceinline__ void load_tile_full(Element* smem, const Element* gmem,
+                                               int64_t row_stride, int tid) {
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr bool kUniform = kThreads % kChunksPerRow == 0 && kChunks % kThreads == 0 &&
+                            (kThreads / kChunksPerRow) % 8 == 0;
+  constexpr int kPasses = (kChunks + kThreads - 1) / kThreads;
+  if constexpr (kUniform) {
+    constexpr int kRowStep = kThreads / kChunksPerRow;
+    const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
+    const uint32_t dst = smem_u32(smem + swz<kCols>(r0, col));
+    const Element* src = gmem + r0 * row_stride + col;
+    const int64_t step = kRowStep * row_stride;
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      cp_async_16(dst + it * kRowStep * kCols * 2, src);
+      src += step;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      const int idx = tid + it * kThreads;
+      if (kChunks % kThreads != 0 && idx >= kChunks) break;
+      const int r = idx / kChunksPerRow, col = (idx % kChunksPerRow) * 8;
+      cp_async_16(smem_u32(smem + swz<kCols>(r, col)), gmem + r * row_stride + col);
+    }
+  }
+}
+
 // Rank of key block n at query block m when every key block visits all M query blocks
 // rotated (n visits m at step (m - n) mod M): the CTAs that reached m at an earlier step,
 // then those at the same step with a lower n (n' = n mod M when n_blocks > M).
@@ -166,6 +199,21 @@ template <int kMT, int kNT, int kDim>
 __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* gmem,
                                         int64_t row_stride, int row0, int col0, int rows_valid,
                                         float scale, int lane) {
+  if (row0 + kMT * 16 <= rows_valid) {  // every row valid: one pointer per row, no branches
+    float* base = gmem + (row0 + lane / 4) * row_stride + col0 + (lane % 4) * 2;
+    const int64_t stride8 = 8 * row_stride;
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float* row = base + (2 * mi + half) * stride8;
+#pragma unroll
+        for (int ni = 0; ni < kNT; ++ni)
+          red_add_f32x2(row + ni * 8, acc[mi][ni][half * 2] * scale,
+                        acc[mi][ni][half * 2 + 1] * scale);
+      }
+    return;
+  }
 #pragma unroll
   for (int mi = 0; mi < kMT; ++mi)
 #pragma unroll
@@ -180,6 +228,68 @@ __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* 
       }
     }
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// sm90: adds a warp's dQ tile (kRows x kCols, C-fragment layout) into the fp32 workspace
+// through the warp's own smem staging area (kRows x kStride floats): lane r issues one bulk
+// reduction for row r. No CTA barrier; the LSU queue stays free for the next ldmatrix
+// (REDs in the same queue cost ~18% of the kernel at d = 128, measured by leaving them
+// out). The previous step's reads of the staging area are waited for first.
+template <int kMT, int kNT, int kRows, int kCols, int kStride>
+__device__ __forceinline__ void bulk_acc(const float (&acc)[kMT][kNT][4], float* sw,
+                                         float* gmem, int64_t row_stride, int row0, int col0,
+                                         int rows_valid, int lane) {
+  static_assert(kMT * 16 == kRows && kNT * 8 == kCols, "warp tile shape");
+  bulk_wait_read_all();
+  __syncwarp();
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mi * 16 + lane / 4 + half * 8;
+#pragma unroll
+      for (int ni = 0; ni < kNT; ++ni)
+        *reinterpret_cast<float2*>(sw + r * kStride + ni * 8 + (lane % 4) * 2) =
+            make_float2(acc[mi][ni][half * 2], acc[mi][ni][half * 2 + 1]);
+    }
+  fence_proxy_async_smem();
+  __syncwarp();
+#pragma unroll
+  for (int r = lane; r < kRows; r += 32)
+    if (row0 + r < rows_valid)
+      bulk_reduce_add_f32(gmem + (row0 + r) * row_stride + col0, smem_u32(sw + r * kStride),
+                          kCols * 4);
+  bulk_commit();
+}
+
+// sm90: red.v4 adds of a warp's accumulator tile: lanes t, t^1 of a quad swap halves so
+// that the even lane holds 4 consecutive columns of row g and the odd one of row g + 8.
+template <int kMT, int kNT>
+__device__ __forceinline__ void red_acc_v4(const float (&acc)[kMT][kNT][4], float* gmem,
+                                           int64_t row_stride, int row0, int col0,
+                                           int rows_valid, int lane) {
+  const bool odd = lane & 1;
+  const int r_l = lane / 4 + (odd ? 8 : 0), c_l = ((lane % 4) & ~1) * 2;
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi) {
+    const int r = row0 + mi * 16 + r_l;
+#pragma unroll
+    for (int ni = 0; ni < kNT; ++ni) {
+      const float s0 = odd ? acc[mi][ni][0] : acc[mi][ni][2];
+      const float s1 = odd ? acc[mi][ni][1] : acc[mi][ni][3];
+      const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+      const float x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+      if (r < rows_valid) {
+        float* dst = gmem + r * row_stride + col0 + ni * 8 + c_l;
+        if (odd)
+          red_add_f32x4(dst, x0, x1, acc[mi][ni][2], acc[mi][ni][3]);
+        else
+          red_add_f32x4(dst, acc[mi][ni][0], acc[mi][ni][1], x0, x1);
+      }
+    }
+  }
+}
+#endif
 
 template <typename Tile, typename Element, bool Has_softcap>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
@@ -214,6 +324,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   Element* sP = sdS + Tile::kSmemdS;  // unused (size 0) when P stays in registers
   float* sLse = reinterpret_cast<float*>(sP + Tile::kSmemP);
   float* sDsum = sLse + Tile::kStages * kBM;
+  // dq_mode 1 / 3 only: dQ staging (Tile::kSmemBytesBulk), per warp (1) or whole (3).
+  float* sdQ = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + Tile::kSmemBytes);
+  float* sdQw = sdQ + (threadIdx.x / 32) * Tile::kSmemdQWarp;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int hk = h / args.group;
@@ -244,12 +357,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const bool aligned = args.aligned_in;
 
   // Loads of query block m into stage st: Q, dO, and the LSE / D of its rows.
+  const bool full_cols = aligned && p.headdim == kD && p.headdim_v == kD;
   auto load_q_block = [&](int m, int st) {
     const int m0 = m * kBM;
-    load_tile<kBM, kD, kThreads>(sQ + st * kBM * kD, q_g + m0 * p.q_row_stride, p.q_row_stride,
-                                 sq - m0, p.headdim, aligned, tid);
-    load_tile<kBM, kD, kThreads>(sdO + st * kBM * kD, do_g + m0 * p.do_row_stride,
-                                 p.do_row_stride, sq - m0, p.headdim_v, aligned, tid);
+    if (full_cols && m0 + kBM <= sq) {
+      load_tile_full<kBM, kD, kThreads>(sQ + st * kBM * kD, q_g + m0 * p.q_row_stride,
+                                        p.q_row_stride, tid);
+      load_tile_full<kBM, kD, kThreads>(sdO + st * kBM * kD, do_g + m0 * p.do_row_stride,
+                                        p.do_row_stride, tid);
+    } else {
+      load_tile<kBM, kD, kThreads>(sQ + st * kBM * kD, q_g + m0 * p.q_row_stride,
+                                   p.q_row_stride, sq - m0, p.headdim, aligned, tid);
+      load_tile<kBM, kD, kThreads>(sdO + st * kBM * kD, do_g + m0 * p.do_row_stride,
+                                   p.do_row_stride, sq - m0, p.headdim_v, aligned, tid);
+    }
     if (tid < kBM) {
       const bool valid = m0 + tid < sq;
       cp_async_4(smem_u32(sLse + st * kBM + tid), valid ? lse_g + m0 + tid : lse_g, valid);
@@ -417,6 +538,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                 pack2<Element>(acc_s[a][c][2 * half], acc_s[a][c][2 * half + 1]);
         }
     if constexpr (!Tile::kPInRegs) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (args.dq_mode == 3 && tid < kBM) bulk_wait_read_all();  // sdQ is free after the barrier
+#endif
       __syncthreads();  // P^T / dS^T rows of other warps
       release_pending();
     }
@@ -460,6 +584,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
     if constexpr (Tile::kPInRegs) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (args.dq_mode == 3 && tid < kBM) bulk_wait_read_all();
+#endif
       __syncthreads();  // dS^T rows of other warps
       release_pending();
     }
@@ -502,8 +629,40 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                                                args.n_blocks, descending));
       __syncthreads();
     }
-    red_acc<kMT3, kNT3, kD>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
-                            wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (args.dq_mode == 1) {
+      bulk_acc<kMT3, kNT3, Tile::kTileMdQ, Tile::kTileDdQ, Tile::kSdQStride>(
+          acc_dq, sdQw, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
+          wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, lane);
+      if (sem != nullptr) bulk_wait_all();  // the adds are done before the release
+    } else if (args.dq_mode == 2) {
+      red_acc_v4<kMT3, kNT3>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
+                             wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, lane);
+    } else if (args.dq_mode == 3) {
+      // The whole tile through smem (free: its last reader waited before the mid barrier).
+#pragma unroll
+      for (int a = 0; a < kMT3; ++a)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = wm3 * Tile::kTileMdQ + a * 16 + lane / 4 + half * 8;
+#pragma unroll
+          for (int c = 0; c < kNT3; ++c)
+            *reinterpret_cast<float2*>(sdQ + r * Tile::kSdQRowStride + wd3 * Tile::kTileDdQ +
+                                       c * 8 + (lane % 4) * 2) =
+                make_float2(acc_dq[a][c][half * 2], acc_dq[a][c][half * 2 + 1]);
+        }
+      fence_proxy_async_smem();
+      __syncthreads();
+      if (tid < kBM && tid < sq - m0) {
+        bulk_reduce_add_f32(dq_acc + int64_t(m0 + tid) * dq_row_stride,
+                            smem_u32(sdQ + tid * Tile::kSdQRowStride), kD * 4);
+        bulk_commit();
+        if (sem != nullptr) bulk_wait_all();
+      }
+    } else
+#endif
+      red_acc<kMT3, kNT3, kD>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
+                              wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
     if (sem != nullptr) {
       if (defer_release) {
         pending = sem;
@@ -513,6 +672,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (args.dq_mode == 1 || args.dq_mode == 3) bulk_wait_all();  // smem outlives its readers
+#endif
   if (pending != nullptr) {
     __syncthreads();
     if (tid == 0) sem_release(pending);

@@ -139,7 +139,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 // natural-log units before the softmax; otherwise the raw q.k feeds exp2 with the folded scale.
 template <typename Traits, bool Is_even_K, bool Has_score_mod>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
-    fwd_kernel_sm80(const __grid_constant__ FwdParams p, const bool vec_ok) {
+    fwd_kernel_sm80(const __grid_constant__ FwdParams p, const bool vec_ok,
+                    const bool heavy_first) {
   using Element = typename Traits::Element;
   using TileQ = typename Traits::TileQ;
   using TileKV = typename Traits::TileKV;
@@ -151,8 +152,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
 
   extern __shared__ __align__(128) unsigned char smem[];
   // Longest causal blocks (highest m) are launched first: less tail at the end of the grid.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
+  // heavy_first: over the whole grid (m the slowest index: every head's last block, then the
+  // one before...), else within each (head, batch), which keeps one head's K / V hot in L2.
+  int m_block, h, b;
+  if (heavy_first) {
+    const int hb = gridDim.y * gridDim.z;
+    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    m_block = gridDim.x - 1 - lin / hb;
+    h = (lin % hb) % gridDim.y;
+    b = (lin % hb) / gridDim.y;
+  } else {
+    m_block = gridDim.x - 1 - blockIdx.x;
+    h = blockIdx.y;
+    b = blockIdx.z;
+  }
   const SeqInfo seq = seq_info(p, b);
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.seqlen_q) return;

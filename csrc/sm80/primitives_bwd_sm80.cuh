@@ -44,6 +44,38 @@ __device__ __forceinline__ void red_add_f32x2(float* addr, float a, float b) {
 #endif
 }
 
+// sm90 bulk (TMA-engine) reduction of a contiguous smem span into global fp32, and its
+// bookkeeping. The issuing thread owns its bulk groups: wait_read = its earlier spans have
+// been read out of smem (the smem may be rewritten), wait_all = their adds are performed.
+// Generic-proxy smem writes must be followed by fence_proxy_async_smem (then a barrier
+// among the writers) before a bulk op reads them. bytes: a multiple of 16, both
+// addresses 16-byte aligned. Callers guard with __CUDA_ARCH__ >= 900.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, uint32_t ssrc, int bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst),
+      "r"(ssrc), "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void red_add_f32x4(float* addr, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#endif
+
 // Ordered-accumulation semaphore (deterministic mode). One thread spins with
 // ld.acquire.gpu until the counter reaches `value` (then a CTA barrier); the release is one
 // thread's red.release.gpu after a CTA barrier, cumulative over what the CTA wrote before
