@@ -29,8 +29,6 @@ struct BwdArgs {
   bool aligned_o;   // out: the same, for the preprocessing's vector loads
   bool pair_out;    // dq/dk/dv: 4-byte stores of element pairs are aligned
   bool rotate;      // no window: CTA n visits query blocks starting at n (see the kernel)
-  int dq_mode;      // dQ adds: 0 red.v2 per fragment pair; sm90 only: 1 bulk reduce per warp
-                    // row segment, 2 red.v4 after a lane-pair shuffle, 3 bulk reduce per row
 };
 
 namespace bwd_detail {

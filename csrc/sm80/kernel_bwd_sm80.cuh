@@ -229,68 +229,6 @@ __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* 
     }
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// sm90: adds a warp's dQ tile (kRows x kCols, C-fragment layout) into the fp32 workspace
-// through the warp's own smem staging area (kRows x kStride floats): lane r issues one bulk
-// reduction for row r. No CTA barrier; the LSU queue stays free for the next ldmatrix
-// (REDs in the same queue cost ~18% of the kernel at d = 128, measured by leaving them
-// out). The previous step's reads of the staging area are waited for first.
-template <int kMT, int kNT, int kRows, int kCols, int kStride>
-__device__ __forceinline__ void bulk_acc(const float (&acc)[kMT][kNT][4], float* sw,
-                                         float* gmem, int64_t row_stride, int row0, int col0,
-                                         int rows_valid, int lane) {
-  static_assert(kMT * 16 == kRows && kNT * 8 == kCols, "warp tile shape");
-  bulk_wait_read_all();
-  __syncwarp();
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = mi * 16 + lane / 4 + half * 8;
-#pragma unroll
-      for (int ni = 0; ni < kNT; ++ni)
-        *reinterpret_cast<float2*>(sw + r * kStride + ni * 8 + (lane % 4) * 2) =
-            make_float2(acc[mi][ni][half * 2], acc[mi][ni][half * 2 + 1]);
-    }
-  fence_proxy_async_smem();
-  __syncwarp();
-#pragma unroll
-  for (int r = lane; r < kRows; r += 32)
-    if (row0 + r < rows_valid)
-      bulk_reduce_add_f32(gmem + (row0 + r) * row_stride + col0, smem_u32(sw + r * kStride),
-                          kCols * 4);
-  bulk_commit();
-}
-
-// sm90: red.v4 adds of a warp's accumulator tile: lanes t, t^1 of a quad swap halves so
-// that the even lane holds 4 consecutive columns of row g and the odd one of row g + 8.
-template <int kMT, int kNT>
-__device__ __forceinline__ void red_acc_v4(const float (&acc)[kMT][kNT][4], float* gmem,
-                                           int64_t row_stride, int row0, int col0,
-                                           int rows_valid, int lane) {
-  const bool odd = lane & 1;
-  const int r_l = lane / 4 + (odd ? 8 : 0), c_l = ((lane % 4) & ~1) * 2;
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi) {
-    const int r = row0 + mi * 16 + r_l;
-#pragma unroll
-    for (int ni = 0; ni < kNT; ++ni) {
-      const float s0 = odd ? acc[mi][ni][0] : acc[mi][ni][2];
-      const float s1 = odd ? acc[mi][ni][1] : acc[mi][ni][3];
-      const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-      const float x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-      if (r < rows_valid) {
-        float* dst = gmem + r * row_stride + col0 + ni * 8 + c_l;
-        if (odd)
-          red_add_f32x4(dst, x0, x1, acc[mi][ni][2], acc[mi][ni][3]);
-        else
-          red_add_f32x4(dst, acc[mi][ni][0], acc[mi][ni][1], x0, x1);
-      }
-    }
-  }
-}
-#endif
-
 template <typename Tile, typename Element, bool Has_softcap>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     bwd_main_kernel(const __grid_constant__ BwdArgs args) {
@@ -324,9 +262,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   Element* sP = sdS + Tile::kSmemdS;  // unused (size 0) when P stays in registers
   float* sLse = reinterpret_cast<float*>(sP + Tile::kSmemP);
   float* sDsum = sLse + Tile::kStages * kBM;
-  // dq_mode 1 / 3 only: dQ staging (Tile::kSmemBytesBulk), per warp (1) or whole (3).
-  float* sdQ = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + Tile::kSmemBytes);
-  float* sdQw = sdQ + (threadIdx.x / 32) * Tile::kSmemdQWarp;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int hk = h / args.group;
@@ -404,12 +339,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const SwzLane<kD, true> ix_sdp_b(
       wm1 * Tile::kTileMSdP + (lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8);
   const SwzLane<kBM, true> ix_dkv_a(wn2 * Tile::kTileNdKV + (lane & 15), (lane >> 4) * 8);
-  const SwzLane<kD, Tile::kTileDdKV % kSwzGroupCols<kD> == 0> ix_dkv_b(
+  const SwzLane<kD, kSwzFold<kD, Tile::kTileDdKV>> ix_dkv_b(
       (lane & 7) + ((lane >> 3) & 1) * 8, wd2 * Tile::kTileDdKV + (lane >> 4) * 8);
-  const SwzLane<kBM, Tile::kTileMdQ % kSwzGroupCols<kBM> == 0> ix_dq_a(
+  const SwzLane<kBM, kSwzFold<kBM, Tile::kTileMdQ>> ix_dq_a(
       (lane & 7) + (lane >> 4) * 8, wm3 * Tile::kTileMdQ + ((lane >> 3) & 1) * 8);
-  const SwzLane<kD, Tile::kTileDdQ % kSwzGroupCols<kD> == 0> ix_dq_b(
+  const SwzLane<kD, kSwzFold<kD, Tile::kTileDdQ>> ix_dq_b(
       (lane & 7) + ((lane >> 3) & 1) * 8, wd3 * Tile::kTileDdQ + (lane >> 4) * 8);
+  // sm90 stmatrix of dS^T / P^T: the S^T warp tile's rows and 16-column steps.
+  static_assert(kNT1 % 2 == 0, "stmatrix pairs of 8-column fragments");
+  const SwzLane<kBM, kSwzFold<kBM, Tile::kTileMSdP>> ix_st(
+      wn1 * Tile::kTileNSdP + (lane & 7) + ((lane >> 3) & 1) * 8,
+      wm1 * Tile::kTileMSdP + (lane >> 4) * 8);
   const float slope_log2 = alibi_slope(p, b, h) * kLog2e;
   const float scale_log2 = p.softmax_scale_log2;
   const float cap = p.softcap;
@@ -523,6 +463,25 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       pointwise(std::false_type{});
 
     // dS^T (and P^T on the smem path) to smem: [key row][query col], swizzled.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // sm90: stmatrix.x4 stores four 8x8 fragments (16 rows x 16 cols) per instruction
+    // where 4-byte stores took four; lane l gives row l % 8 of matrix l / 8.
+#pragma unroll
+    for (int a = 0; a < kMT1; ++a)
+#pragma unroll
+      for (int c2 = 0; c2 < kNT1 / 2; ++c2) {
+        const uint32_t off = 2 * ix_st.at(a * 16, c2 * 16);
+        auto store = [&](uint32_t base, const float (&acc)[kMT1][kNT1][4]) {
+          const uint32_t r[4] = {pack2<Element>(acc[a][2 * c2][0], acc[a][2 * c2][1]),
+                                 pack2<Element>(acc[a][2 * c2][2], acc[a][2 * c2][3]),
+                                 pack2<Element>(acc[a][2 * c2 + 1][0], acc[a][2 * c2 + 1][1]),
+                                 pack2<Element>(acc[a][2 * c2 + 1][2], acc[a][2 * c2 + 1][3])};
+          stmatrix_x4(base + off, r);
+        };
+        store(smem_u32(sdS), acc_dp);
+        if constexpr (!Tile::kPInRegs) store(smem_u32(sP), acc_s);
+      }
+#else
 #pragma unroll
     for (int a = 0; a < kMT1; ++a)
 #pragma unroll
@@ -537,10 +496,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             *reinterpret_cast<uint32_t*>(sP + swz<kBM>(nl, ml)) =
                 pack2<Element>(acc_s[a][c][2 * half], acc_s[a][c][2 * half + 1]);
         }
-    if constexpr (!Tile::kPInRegs) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (args.dq_mode == 3 && tid < kBM) bulk_wait_read_all();  // sdQ is free after the barrier
 #endif
+    if constexpr (!Tile::kPInRegs) {
       __syncthreads();  // P^T / dS^T rows of other warps
       release_pending();
     }
@@ -584,9 +541,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
     if constexpr (Tile::kPInRegs) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (args.dq_mode == 3 && tid < kBM) bulk_wait_read_all();
-#endif
       __syncthreads();  // dS^T rows of other warps
       release_pending();
     }
@@ -629,40 +583,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                                                args.n_blocks, descending));
       __syncthreads();
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (args.dq_mode == 1) {
-      bulk_acc<kMT3, kNT3, Tile::kTileMdQ, Tile::kTileDdQ, Tile::kSdQStride>(
-          acc_dq, sdQw, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
-          wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, lane);
-      if (sem != nullptr) bulk_wait_all();  // the adds are done before the release
-    } else if (args.dq_mode == 2) {
-      red_acc_v4<kMT3, kNT3>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
-                             wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, lane);
-    } else if (args.dq_mode == 3) {
-      // The whole tile through smem (free: its last reader waited before the mid barrier).
-#pragma unroll
-      for (int a = 0; a < kMT3; ++a)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int r = wm3 * Tile::kTileMdQ + a * 16 + lane / 4 + half * 8;
-#pragma unroll
-          for (int c = 0; c < kNT3; ++c)
-            *reinterpret_cast<float2*>(sdQ + r * Tile::kSdQRowStride + wd3 * Tile::kTileDdQ +
-                                       c * 8 + (lane % 4) * 2) =
-                make_float2(acc_dq[a][c][half * 2], acc_dq[a][c][half * 2 + 1]);
-        }
-      fence_proxy_async_smem();
-      __syncthreads();
-      if (tid < kBM && tid < sq - m0) {
-        bulk_reduce_add_f32(dq_acc + int64_t(m0 + tid) * dq_row_stride,
-                            smem_u32(sdQ + tid * Tile::kSdQRowStride), kD * 4);
-        bulk_commit();
-        if (sem != nullptr) bulk_wait_all();
-      }
-    } else
-#endif
-      red_acc<kMT3, kNT3, kD>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
-                              wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
+    red_acc<kMT3, kNT3, kD>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
+                            wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
     if (sem != nullptr) {
       if (defer_release) {
         pending = sem;
@@ -672,9 +594,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (args.dq_mode == 1 || args.dq_mode == 3) bulk_wait_all();  // smem outlives its readers
-#endif
   if (pending != nullptr) {
     __syncthreads();
     if (tid == 0) sem_release(pending);

@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include "../common/cuda_check.h"
 #include "../common/params.h"
 #include "kernel_bwd_aux_sm80.cuh"
@@ -20,15 +19,6 @@ namespace bwd_detail {
 inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 inline bool strides_mod(int64_t a, int64_t b, int64_t c, int m) {
   return a % m == 0 && b % m == 0 && c % m == 0;
-}
-
-// FLASHATTN_BWD_DQ_MODE=0..3 picks the dQ add path (BwdArgs::dq_mode), for A/B timing.
-inline int dq_mode_env() {
-  static const int mode = [] {
-    const char* v = std::getenv("FLASHATTN_BWD_DQ_MODE");
-    return (v != nullptr && v[0] >= '0' && v[0] <= '3') ? v[0] - '0' : 0;
-  }();
-  return mode;
 }
 
 inline int convert_grid(int64_t work) {
@@ -94,24 +84,16 @@ void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
   // (2) The main kernel.
   if (!empty) {
     dim3 grid(ws.n_blocks, p.nheads, p.batch);
-    int dev = 0, smem_optin = 0, cc_major = 0;
+    constexpr int kSmem = Tile::kSmemBytes;
+    int dev = 0, smem_optin = 0;
     FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
     FLASHATTN_CUDA_CHECK(
         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (smem_optin < Tile::kSmemBytes)  // e.g. sm_86/89 (99 KiB): no smaller backward tile yet
+    if (smem_optin < kSmem)  // e.g. sm_86/89 (99 KiB): no smaller backward tile yet
       throw std::runtime_error("flashattn sm80 bwd: head dim " + std::to_string(kHeadDim) +
-                               " needs " + std::to_string(Tile::kSmemBytes) +
+                               " needs " + std::to_string(kSmem) +
                                " bytes of shared memory per block, this GPU allows " +
                                std::to_string(smem_optin));
-    // sm90+ dQ add modes (code built for sm_80 always takes mode 0). The workspace rows are
-    // 16-byte aligned: torch's allocations are, and each row is kHeadDim floats.
-    int mode = dq_mode_env();
-    if (cc_major < 9 || reinterpret_cast<uintptr_t>(args.dq_accum) % 16 != 0 ||
-        ((mode == 1 || mode == 3) && smem_optin < Tile::kSmemBytesBulk))
-      mode = 0;
-    args.dq_mode = mode;
-    const int kSmem = (mode == 1 || mode == 3) ? Tile::kSmemBytesBulk : Tile::kSmemBytes;
     auto launch = [&](auto kernel) {
       if (kSmem > 48 * 1024)
         FLASHATTN_CUDA_CHECK(

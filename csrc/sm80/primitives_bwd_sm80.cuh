@@ -44,35 +44,14 @@ __device__ __forceinline__ void red_add_f32x2(float* addr, float a, float b) {
 #endif
 }
 
-// sm90 bulk (TMA-engine) reduction of a contiguous smem span into global fp32, and its
-// bookkeeping. The issuing thread owns its bulk groups: wait_read = its earlier spans have
-// been read out of smem (the smem may be rewritten), wait_all = their adds are performed.
-// Generic-proxy smem writes must be followed by fence_proxy_async_smem (then a barrier
-// among the writers) before a bulk op reads them. bytes: a multiple of 16, both
-// addresses 16-byte aligned. Callers guard with __CUDA_ARCH__ >= 900.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, uint32_t ssrc, int bytes) {
-  asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst),
-      "r"(ssrc), "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void red_add_f32x4(float* addr, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b),
-               "f"(c), "f"(d)
+// stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm90): r[i] is this lane's fragment of 8x8
+// matrix i (the mma C / ldmatrix layout); lane l gives the address of row l % 8 of matrix
+// l / 8 (16 bytes).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
-}
-__device__ __forceinline__ void bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait_read_all() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait_all() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 #endif
 
@@ -128,5 +107,14 @@ struct SwzLane {
 };
 template <int kCols>
 inline constexpr int kSwzGroupCols = (((kCols / 8) % 8 == 0) ? 8 : 4) * 8;
+// Whether SwzLane may fold for a warp tile kTileCols wide whose lanes start at chunk 0 or 1
+// of the tile and step by 16 columns inside it: the tile covers whole swizzle groups, or its
+// T = kTileCols / 8 chunks are a power of two <= the group (tiles then start at multiples
+// of T inside a group, and lane chunk + step < T never carries into the tile's start bits).
+template <int kCols, int kTileCols>
+inline constexpr bool kSwzFold =
+    kTileCols % kSwzGroupCols<kCols> == 0 ||
+    ((kTileCols / 8) > 1 && ((kTileCols / 8) & (kTileCols / 8 - 1)) == 0 &&
+     kTileCols <= kSwzGroupCols<kCols>);
 
 }  // namespace flashattn::sm80::bwd_detail

@@ -46,17 +46,6 @@ struct BwdTile {
   static constexpr int kSmemP = kPInRegs ? 0 : kBlockN * kBlockM;
   static constexpr int kSmemElems = kSmemQ + kSmemdO + kSmemK + kSmemV + kSmemdS + kSmemP;
   static constexpr int kSmemBytes = kSmemElems * 2 + 2 * kStages * kBlockM * 4;  // + LSE, D
-  // sm90's dQ path (BwdArgs::dq_bulk): each warp stages its fp32 dQ tile in smem, rows
-  // padded by 8 floats (the fragment stores then take the minimum two wavefronts), and the
-  // TMA engine adds each row segment into the workspace.
-  static constexpr int kSdQStride = kTileDdQ + 8;
-  static constexpr int kSmemdQWarp = kTileMdQ * kSdQStride;  // floats
-  static constexpr int kSdQRowStride = kHeadDim + 8;  // mode 3: the whole BM x d tile
-  static constexpr int kSmemBytesBulk =
-      kSmemBytes + 4 * (kNWarps * kSmemdQWarp > kBlockM * kSdQRowStride
-                            ? kNWarps * kSmemdQWarp : kBlockM * kSdQRowStride);
-  static_assert(kSmemBytes % 16 == 0 && (kTileDdQ * 4) % 16 == 0 && (kSdQStride * 4) % 16 == 0,
-                "bulk reduce spans: 16-byte aligned and sized");
 };
 
 // Measured on the H200 (bf16, hidden 2048, tools/selftest_bwd_sm80.cu, 2026-11-29), TFLOP/s

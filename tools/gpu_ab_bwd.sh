@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A/B timing of the sm80 backward: the working tree's csrc against a copy in $AB_BASE
+# (default ab_base/csrc, e.g. from `git archive <rev> csrc | tar -x -C ab_base`), d64 and
+# d128 only (-DSELFTEST_ONLY_64_128), binaries run alternately on the same cells.
+set -uo pipefail
+BASE_SRC="${AB_BASE:-ab_base/csrc}"
+B=/tmp/ab; mkdir -p $B
+A="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -DSELFTEST_ONLY_64_128"
+t0=$(date +%s)
+for v in new base; do
+  src=csrc; [ $v = base ] && src=$BASE_SRC
+  mkdir -p $B/$v
+  for d in 64 128; do nvcc $A -I $src -c $src/instantiations/bwd_sm80_hdim${d}_bf16.cu -o $B/$v/h$d.o & done
+  # the self-test includes ../csrc-relative headers through -I: build it against each tree
+  nvcc $A -I $src -c tools/selftest_bwd_sm80.cu -o $B/$v/st.o &
+done
+wait
+for v in new base; do nvcc $A $B/$v/st.o $B/$v/h64.o $B/$v/h128.o -o $B/$v/selftest || exit 1; done
+echo "== compiled in $(( $(date +%s) - t0 )) s"
+$B/new/selftest | grep -E "FAIL|failed"
+for cell in "64 2048 0" "64 2048 1" "64 8192 0" "64 8192 1" "128 2048 0" "128 2048 1" "128 8192 0" "128 8192 1" "64 4096 1 1" "128 4096 1 1"; do
+  set -- $cell
+  for rep in 1 2; do for v in base new; do
+    echo "$v: $($B/$v/selftest --one $1 $2 $3 ${4:-0})"
+  done; done
+done
+if [ "${FULL:-1}" = 1 ]; then  # every head-dim bucket of the working tree: correctness
+  A2="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -I csrc"
+  for d in 32 96 192 256; do nvcc $A2 -c csrc/instantiations/bwd_sm80_hdim${d}_bf16.cu -o $B/new/h$d.o & done
+  nvcc $A2 -c csrc/instantiations/bwd_sm80_hdim64_bf16.cu -o $B/new/f64.o &
+  nvcc $A2 -c csrc/instantiations/bwd_sm80_hdim128_bf16.cu -o $B/new/f128.o &
+  nvcc $A2 -c tools/selftest_bwd_sm80.cu -o $B/new/stf.o &
+  wait
+  nvcc $A2 $B/new/stf.o $B/new/f64.o $B/new/f128.o $B/new/h32.o $B/new/h96.o $B/new/h192.o $B/new/h256.o -o $B/new/selftest_full &&
+    $B/new/selftest_full --bench d256 | grep -vE " ok$"
+fi
