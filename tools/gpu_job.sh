@@ -51,7 +51,7 @@ fi
 # uncontended build time, and the carried build stays the one tested and benchmarked.
 bt_pid=""
 if has buildtime; then
-  rm -rf /tmp/bt && mkdir -p /tmp/bt && cp -r csrc flashattn setup.py pyproject.toml README.md /tmp/bt/ 2>/dev/null
+  rm -rf /tmp/bt && mkdir -p /tmp/bt && cp -r csrc flashattn tools setup.py pyproject.toml README.md /tmp/bt/ 2>/dev/null
   rm -f /tmp/bt/flashattn/_C*.so /tmp/bt/flashattn/_build_config.py
   ( cd /tmp/bt && export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" MAX_JOBS=16 && unset TORCH_CUDA_ARCH_LIST &&
     t0=$(date +%s) && $PY setup.py build_ext --inplace > "$OUT/buildtime.log" 2>&1;
