@@ -149,6 +149,13 @@ static void run_kernel(const BwdParams& p) {
   else { std::printf("bucket %d not compiled in the self-test\n", bucket); std::exit(1); }
 }
 
+// The backward entry the timing uses (run_kernel, or one tile shape for A/B runs).
+static void (*g_bench_runner)(const BwdParams&) = run_kernel;
+#ifndef SELFTEST_ONLY_64_128
+template <typename Tile>
+static void run_tile(const BwdParams& p) { sm80::run_bwd_tile<Tile, bf16>(p, 0); }
+#endif
+
 static std::vector<bf16> to_bf(const std::vector<float>& x) {
   std::vector<bf16> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = __float2bfloat16(x[i]);
@@ -352,7 +359,7 @@ static void bench(int d, int N, bool causal, bool deterministic) {
     CK(cudaEventRecord(e0));
     CK(cudaMemsetAsync(wf, 0, std::max<int64_t>(1, ws.f32_elems) * 4));
     CK(cudaMemsetAsync(wi, 0, std::max<int64_t>(1, ws.i32_elems) * 4));
-    run_kernel(p);
+    g_bench_runner(p);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms;
@@ -371,6 +378,24 @@ static void bench(int d, int N, bool causal, bool deterministic) {
 
 int main(int argc, char** argv) {
   // --one d N causal det: time one cell only (for a profiler).
+#ifndef SELFTEST_ONLY_64_128
+  // --tiles256: d256 timed with each tile shape (BwdTileFor, BwdTileLargeSmem).
+  if (argc == 2 && std::string(argv[1]) == "--tiles256") {
+    for (int N : {512, 2048, 8192})
+      for (bool causal : {false, true}) {
+        g_bench_runner = run_tile<sm80::BwdTileFor<256>::type>;
+        std::printf("small: "); bench(256, N, causal, false);
+        g_bench_runner = run_tile<sm80::BwdTileLargeSmem<256>::type>;
+        std::printf("large: "); bench(256, N, causal, false);
+      }
+    for (bool causal : {false, true}) {
+      g_bench_runner = run_tile<sm80::BwdTileLargeSmem<256>::type>;
+      std::printf("large: "); bench(256, 4096, causal, true);
+      std::printf("large: "); bench(256, 4096, causal, false);
+    }
+    return 0;
+  }
+#endif
   if (argc == 6 && std::string(argv[1]) == "--one") {
     bench(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]) != 0, std::atoi(argv[5]) != 0);
     return 0;

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include "../common/cuda_check.h"
 #include "../common/params.h"
 #include "kernel_bwd_aux_sm80.cuh"
@@ -28,12 +29,13 @@ inline int convert_grid(int64_t work) {
 
 }  // namespace bwd_detail
 
-template <int kHeadDim, typename Element>
-void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
+// The backward with one tile shape (run_bwd_hdim picks it).
+template <typename Tile, typename Element>
+void run_bwd_tile(const BwdParams& params, cudaStream_t stream) {
   using namespace bwd_detail;
-  using Tile = typename BwdTileFor<kHeadDim>::type;
-  static_assert(Tile::kBlockM == bwd_block_m(kHeadDim) && Tile::kBlockN == bwd_block_n(kHeadDim),
-                "bwd_block_m / bwd_block_n must match the tile (workspace sizing)");
+  constexpr int kHeadDim = Tile::kHeadDim;
+  static_assert(Tile::kBlockM >= bwd_block_m(kHeadDim) && Tile::kBlockN == bwd_block_n(kHeadDim),
+                "the workspace is sized by bwd_block_m / bwd_block_n (tile_bwd_sm80.h)");
   const BwdParams& p = params;
   if (p.batch == 0 || p.nheads == 0 || p.total_q == 0 || p.total_k == 0) return;
   check_grid_heads_batch(p.nheads, p.batch, "flashattn sm80 bwd");
@@ -142,6 +144,20 @@ void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
         aligned_dv);
     FLASHATTN_LAUNCH_CHECK();
   }
+}
+
+template <int kHeadDim, typename Element>
+void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
+  using Small = typename BwdTileFor<kHeadDim>::type;
+  using Large = typename BwdTileLargeSmem<kHeadDim>::type;
+  if constexpr (!std::is_same_v<Small, Large>) {
+    int dev = 0, smem_optin = 0;
+    FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
+    FLASHATTN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem_optin >= Large::kSmemBytes) return run_bwd_tile<Large, Element>(params, stream);
+  }
+  run_bwd_tile<Small, Element>(params, stream);
 }
 
 }  // namespace flashattn::sm80

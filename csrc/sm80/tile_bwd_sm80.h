@@ -69,7 +69,16 @@ template <> struct BwdTileFor<128> { using type = BwdTile<128, 64, 128, 8, 4, 4,
 template <> struct BwdTileFor<192> { using type = BwdTile<192, 64, 64, 8, 4, 4, 2>; };
 template <> struct BwdTileFor<256> { using type = BwdTile<256, 32, 64, 8, 4, 4, 2>; };
 
-// Block sizes by bucket, for the workspace sizing on the host.
+// A larger tile for GPUs whose opt-in shared memory per block holds it (sm90: 227 KB), chosen
+// at launch; the same kBlockN and a kBlockM no smaller than BwdTileFor's. d256: FA2's H100
+// shape (64 x 64), 209 KB at 2 stages, against 32 x 64 for the A100. H200, bf16, hidden 2048
+// (tools/selftest_bwd_sm80.cu --tiles256), TFLOP/s small -> large: N=512 138 -> 163, causal
+// 101 -> 117; 2k 164 -> 201, causal 143 -> 174; 8k 173 -> 213, causal 170 -> 211.
+template <int kHeadDim> struct BwdTileLargeSmem { using type = typename BwdTileFor<kHeadDim>::type; };
+template <> struct BwdTileLargeSmem<256> { using type = BwdTile<256, 64, 64, 8, 4, 2, 2>; };
+
+// Block sizes by bucket, for the workspace sizing on the host: the smallest kBlockM of the
+// bucket's tiles (the per-query-block semaphores are sized by it) and their common kBlockN.
 constexpr int bwd_block_m(int bucket) {
   return bucket == 32 ? BwdTileFor<32>::type::kBlockM : bucket == 64 ? BwdTileFor<64>::type::kBlockM
        : bucket == 96 ? BwdTileFor<96>::type::kBlockM : bucket == 128 ? BwdTileFor<128>::type::kBlockM
