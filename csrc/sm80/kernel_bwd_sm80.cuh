@@ -58,6 +58,17 @@ __device__ __forceinline__ int contributor_rank(const MaskInfo& mi, int n, int m
   return descending ? (lo - 1) - n : n - lo;
 }
 
+// How kThreads threads cover a kRows x kCols tile in 16-byte chunks: kUniform when each pass
+// covers whole rows (a multiple of 8, so the swizzle is the same on every pass).
+template <int kRows, int kCols, int kThreads>
+struct CopyShape {
+  static constexpr int kChunksPerRow = kCols / 8;
+  static constexpr int kChunks = kRows * kChunksPerRow;
+  static constexpr bool kUniform = kThreads % kChunksPerRow == 0 && kChunks % kThreads == 0 &&
+                                   (kThreads / kChunksPerRow) % 8 == 0;
+  static constexpr int kPasses = (kChunks + kThreads - 1) / kThreads;
+};
+
 // kRows x kCols tile from global (row stride in elements) into swizzled smem; rows >=
 // rows_valid and columns >= cols_valid read as zero. cp.async when `aligned`, else
 // synchronous scalar loads (2-byte-aligned inputs, head dims with a tail). When the CTA
@@ -68,11 +79,9 @@ template <int kRows, int kCols, int kThreads, typename Element>
 __device__ __forceinline__ void load_tile(Element* smem, const Element* gmem, int64_t row_stride,
                                           int rows_valid, int cols_valid, bool aligned,
                                           int tid) {
-  constexpr int kChunksPerRow = kCols / 8;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  constexpr bool kUniform = kThreads % kChunksPerRow == 0 && kChunks % kThreads == 0 &&
-                            (kThreads / kChunksPerRow) % 8 == 0;
-  constexpr int kPasses = (kChunks + kThreads - 1) / kThreads;
+  using S = CopyShape<kRows, kCols, kThreads>;
+  constexpr int kChunksPerRow = S::kChunksPerRow, kChunks = S::kChunks, kPasses = S::kPasses;
+  constexpr bool kUniform = S::kUniform;
   // `aligned` is tested once, outside the per-chunk loops: a branch per chunk splits the
   // issue of the cp.async into basic blocks (it runs in the main loop).
   auto body = [&](auto kAligned) {
@@ -126,11 +135,9 @@ __device__ __forceinline__ void load_tile(Element* smem, const Element* gmem, in
 template <int kRows, int kCols, int kThreads, typename Element>
 __device__ __forceinline__ void load_tile_full(Element* smem, const Element* gmem,
                                                int64_t row_stride, int tid) {
-  constexpr int kChunksPerRow = kCols / 8;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  constexpr bool kUniform = kThreads % kChunksPerRow == 0 && kChunks % kThreads == 0 &&
-                            (kThreads / kChunksPerRow) % 8 == 0;
-  constexpr int kPasses = (kChunks + kThreads - 1) / kThreads;
+  using S = CopyShape<kRows, kCols, kThreads>;
+  constexpr int kChunksPerRow = S::kChunksPerRow, kChunks = S::kChunks, kPasses = S::kPasses;
+  constexpr bool kUniform = S::kUniform;
   if constexpr (kUniform) {
     constexpr int kRowStep = kThreads / kChunksPerRow;
     const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
