@@ -33,9 +33,12 @@ extern template void run_bwd_hdim<128, __nv_bfloat16>(const BwdParams&, cudaStre
 extern template void run_bwd_hdim<256, __nv_bfloat16>(const BwdParams&, cudaStream_t);
 }  // namespace flashattn::sm80
 
+// Laid out for 16-row blocks: room for any tile shape the self-test times (run_tile).
+static sm80::BwdWorkspaceLayout generous_layout(const BwdParams& p) {
+  return sm80::bwd_workspace_layout(p, headdim_bucket(p.headdim, p.headdim_v), 16, 16);
+}
 static BwdWorkspaceSizes workspace(const BwdParams& p) {
-  const sm80::BwdWorkspaceLayout w =
-      sm80::bwd_workspace_layout(p, headdim_bucket(p.headdim, p.headdim_v));
+  const sm80::BwdWorkspaceLayout w = generous_layout(p);
   return BwdWorkspaceSizes{w.f32_elems, w.i32_elems};
 }
 
@@ -149,12 +152,12 @@ static void run_kernel(const BwdParams& p) {
   else { std::printf("bucket %d not compiled in the self-test\n", bucket); std::exit(1); }
 }
 
-// The backward entry the timing uses (run_kernel, or one tile shape for A/B runs).
-static void (*g_bench_runner)(const BwdParams&) = run_kernel;
-#ifndef SELFTEST_ONLY_64_128
+// The backward entry the cases and timings use (run_kernel, or one tile shape for A/B runs).
+static void (*g_runner)(const BwdParams&) = run_kernel;
 template <typename Tile>
-static void run_tile(const BwdParams& p) { sm80::run_bwd_tile<Tile, bf16>(p, 0); }
-#endif
+static void run_tile(const BwdParams& p) {
+  sm80::run_bwd_tile<Tile, bf16>(p, 0, generous_layout(p));
+}
 
 static std::vector<bf16> to_bf(const std::vector<float>& x) {
   std::vector<bf16> y(x.size());
@@ -188,7 +191,7 @@ static DevRun launch(BwdParams p, size_t nq, size_t nk, size_t nv) {
   CK(cudaMemset(wi, 0, std::max<int64_t>(1, ws.i32_elems) * 4));
   p.workspace_f32 = wf; p.workspace_f32_elems = ws.f32_elems;
   p.workspace_i32 = wi; p.workspace_i32_elems = ws.i32_elems;
-  run_kernel(p);
+  g_runner(p);
   CK(cudaDeviceSynchronize());
   DevRun r;
   r.dq.resize(nq); r.dk.resize(nk); r.dv.resize(nv);
@@ -359,7 +362,7 @@ static void bench(int d, int N, bool causal, bool deterministic) {
     CK(cudaEventRecord(e0));
     CK(cudaMemsetAsync(wf, 0, std::max<int64_t>(1, ws.f32_elems) * 4));
     CK(cudaMemsetAsync(wi, 0, std::max<int64_t>(1, ws.i32_elems) * 4));
-    g_bench_runner(p);
+    g_runner(p);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms;
@@ -376,34 +379,8 @@ static void bench(int d, int N, bool causal, bool deterministic) {
     cudaFree(ptr);
 }
 
-int main(int argc, char** argv) {
-  // --one d N causal det: time one cell only (for a profiler).
-#ifndef SELFTEST_ONLY_64_128
-  // --tiles256: d256 timed with each tile shape (BwdTileFor, BwdTileLargeSmem).
-  if (argc == 2 && std::string(argv[1]) == "--tiles256") {
-    for (int N : {512, 2048, 8192})
-      for (bool causal : {false, true}) {
-        g_bench_runner = run_tile<sm80::BwdTileFor<256>::type>;
-        std::printf("small: "); bench(256, N, causal, false);
-        g_bench_runner = run_tile<sm80::BwdTileLargeSmem<256>::type>;
-        std::printf("large: "); bench(256, N, causal, false);
-      }
-    for (bool causal : {false, true}) {
-      g_bench_runner = run_tile<sm80::BwdTileLargeSmem<256>::type>;
-      std::printf("large: "); bench(256, 4096, causal, true);
-      std::printf("large: "); bench(256, 4096, causal, false);
-    }
-    return 0;
-  }
-#endif
-  if (argc == 6 && std::string(argv[1]) == "--one") {
-    bench(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]) != 0, std::atoi(argv[5]) != 0);
-    return 0;
-  }
-  const unsigned seed = std::random_device{}();
-  std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
-  std::vector<Case> cases = {
+static std::vector<Case> selftest_cases() {
+  return {
       {"basic d64 256/256", 2, 2, 2, 64, 64, {256, 256}, {256, 256}},
       {"d128 113/203", 1, 2, 2, 128, 128, {113}, {203}},
       {"causal d128 113/203", 1, 2, 2, 128, 128, {113}, {203}, false, -1, 0},
@@ -438,6 +415,63 @@ int main(int argc, char** argv) {
       {"det d256 causal gqa 200/200", 1, 4, 2, 256, 256, {200}, {200}, false, -1, 0, 0.f,
        false, true},
   };
+}
+
+int main(int argc, char** argv) {
+  // --one d N causal det: time one cell only (for a profiler).
+  // --tiles: other tile shapes for d64 / d128, each checked on the cases of its bucket, then
+  // timed against the current one. Candidates: d64 32 x 256 (half the dQ REDs, P^T in
+  // registers, 96 KB); d128 32 x 64 (72 KB: fits sm_86 / sm_89's 99 KB).
+  if (argc == 2 && std::string(argv[1]) == "--tiles") {
+    struct Cand { const char* name; int d; void (*run)(const BwdParams&); };
+    const Cand cands[] = {
+        {"d64 128x128 (current)", 64, run_tile<sm80::BwdTileFor<64>::type>},
+        {"d64 32x256 w8 (8,8,2)", 64, run_tile<sm80::BwdTile<64, 32, 256, 8, 8, 8, 2>>},
+        {"d128 64x128 (current)", 128, run_tile<sm80::BwdTileFor<128>::type>},
+        {"d128 32x64 w8 (4,4,2)", 128, run_tile<sm80::BwdTile<128, 32, 64, 8, 4, 4, 2>>},
+    };
+    const unsigned seed = std::random_device{}();
+    std::mt19937 rng(seed);
+    int fails = 0;
+    for (const Cand& c : cands) {
+      g_runner = c.run;
+      int ran = 0, bad = 0;
+      for (const Case& k : selftest_cases())
+        if (headdim_bucket(k.d, k.dv) == c.d) { bad += !run_case(k, rng); ++ran; }
+      std::printf("== %s: %d of %d cases failed\n", c.name, bad, ran);
+      fails += bad;
+      for (int N : {2048, 8192})
+        for (bool causal : {false, true}) { std::printf("%s: ", c.name); bench(c.d, N, causal, false); }
+      std::printf("%s: ", c.name); bench(c.d, 4096, true, true);
+    }
+    return fails != 0;
+  }
+#ifndef SELFTEST_ONLY_64_128
+  // --tiles256: d256 timed with each tile shape (BwdTileFor, BwdTileLargeSmem).
+  if (argc == 2 && std::string(argv[1]) == "--tiles256") {
+    for (int N : {512, 2048, 8192})
+      for (bool causal : {false, true}) {
+        g_runner = run_tile<sm80::BwdTileFor<256>::type>;
+        std::printf("small: "); bench(256, N, causal, false);
+        g_runner = run_tile<sm80::BwdTileLargeSmem<256>::type>;
+        std::printf("large: "); bench(256, N, causal, false);
+      }
+    for (bool causal : {false, true}) {
+      g_runner = run_tile<sm80::BwdTileLargeSmem<256>::type>;
+      std::printf("large: "); bench(256, 4096, causal, true);
+      std::printf("large: "); bench(256, 4096, causal, false);
+    }
+    return 0;
+  }
+#endif
+  if (argc == 6 && std::string(argv[1]) == "--one") {
+    bench(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]) != 0, std::atoi(argv[5]) != 0);
+    return 0;
+  }
+  const unsigned seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  const std::vector<Case> cases = selftest_cases();
   int fails = 0;
   int ran = 0;
   for (const Case& c : cases) {

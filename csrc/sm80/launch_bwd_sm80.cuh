@@ -29,30 +29,32 @@ inline int convert_grid(int64_t work) {
 
 }  // namespace bwd_detail
 
-// The backward with one tile shape (run_bwd_hdim picks it).
+// The backward with one tile shape, on a workspace laid out as `ws` (run_bwd_hdim picks the
+// tile; the self-test also times other shapes on a workspace sized for them).
 template <typename Tile, typename Element>
-void run_bwd_tile(const BwdParams& params, cudaStream_t stream) {
+void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspaceLayout& ws) {
   using namespace bwd_detail;
   constexpr int kHeadDim = Tile::kHeadDim;
-  static_assert(Tile::kBlockM >= bwd_block_m(kHeadDim) && Tile::kBlockN == bwd_block_n(kHeadDim),
-                "the workspace is sized by bwd_block_m / bwd_block_n (tile_bwd_sm80.h)");
   const BwdParams& p = params;
   if (p.batch == 0 || p.nheads == 0 || p.total_q == 0 || p.total_k == 0) return;
   check_grid_heads_batch(p.nheads, p.batch, "flashattn sm80 bwd");
   // Varlen with max_seqlen 0: no sequence has rows; only the conversions run (zeros).
   const bool empty = p.seqlen_q == 0 || p.seqlen_k == 0;
+  // This tile's key blocks (the grid); the semaphore arrays must hold at least its blocks.
+  const int n_blocks = (p.seqlen_k + Tile::kBlockN - 1) / Tile::kBlockN;
+  if (ws.n_blocks < n_blocks || ws.m_blocks < (p.seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM)
+    throw std::runtime_error("flashattn sm80 bwd: workspace laid out for larger blocks");
 
   BwdArgs args{};
   args.p = p;
-  const BwdWorkspaceLayout ws = bwd_workspace_layout(p, kHeadDim);
   args.dq_accum = p.workspace_f32 + ws.dq_accum;
   args.dk_accum = ws.dk_accum >= 0 ? p.workspace_f32 + ws.dk_accum : nullptr;
   args.dv_accum = ws.dv_accum >= 0 ? p.workspace_f32 + ws.dv_accum : nullptr;
   args.dq_sem = ws.dq_sem >= 0 ? p.workspace_i32 + ws.dq_sem : nullptr;
   args.dkv_sem = ws.dkv_sem >= 0 ? p.workspace_i32 + ws.dkv_sem : nullptr;
   args.group = p.nheads / p.nheads_k;
-  args.m_blocks = ws.m_blocks;
-  args.n_blocks = ws.n_blocks;
+  args.m_blocks = ws.m_blocks;  // dq_sem stride
+  args.n_blocks = n_blocks;
   args.aligned_in =
       aligned16(p.q_ptr) && aligned16(p.k_ptr) && aligned16(p.v_ptr) && aligned16(p.do_ptr) &&
       strides_mod(p.q_batch_stride, p.q_row_stride, p.q_head_stride, 8) &&
@@ -74,7 +76,7 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream) {
     int dev = 0, sms = 0;
     FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
     FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    args.rotate = ws.n_blocks <= sms;
+    args.rotate = n_blocks <= sms;
   }
 
   // (1) D = rowsum(dO * O).
@@ -85,7 +87,7 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream) {
   }
   // (2) The main kernel.
   if (!empty) {
-    dim3 grid(ws.n_blocks, p.nheads, p.batch);
+    dim3 grid(n_blocks, p.nheads, p.batch);
     constexpr int kSmem = Tile::kSmemBytes;
     int dev = 0, smem_optin = 0;
     FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
@@ -150,14 +152,19 @@ template <int kHeadDim, typename Element>
 void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
   using Small = typename BwdTileFor<kHeadDim>::type;
   using Large = typename BwdTileLargeSmem<kHeadDim>::type;
+  static_assert(Small::kBlockM >= bwd_block_m(kHeadDim) && Large::kBlockM >= bwd_block_m(kHeadDim) &&
+                    Small::kBlockN == bwd_block_n(kHeadDim) &&
+                    Large::kBlockN == bwd_block_n(kHeadDim),
+                "the workspace is sized by bwd_block_m / bwd_block_n (tile_bwd_sm80.h)");
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(params, kHeadDim);
   if constexpr (!std::is_same_v<Small, Large>) {
     int dev = 0, smem_optin = 0;
     FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
     FLASHATTN_CUDA_CHECK(
         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (smem_optin >= Large::kSmemBytes) return run_bwd_tile<Large, Element>(params, stream);
+    if (smem_optin >= Large::kSmemBytes) return run_bwd_tile<Large, Element>(params, stream, ws);
   }
-  run_bwd_tile<Small, Element>(params, stream);
+  run_bwd_tile<Small, Element>(params, stream, ws);
 }
 
 }  // namespace flashattn::sm80

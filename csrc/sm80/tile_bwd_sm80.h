@@ -100,9 +100,9 @@ struct BwdWorkspaceLayout {
   int m_blocks = 0, n_blocks = 0;
 };
 
-inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p, int bucket) {
+// Sized for query / key blocks of bm / bn rows (the bucket's: the overload below).
+inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p, int bucket, int bm, int bn) {
   BwdWorkspaceLayout w;
-  const int bm = bwd_block_m(bucket), bn = bwd_block_n(bucket);
   w.m_blocks = (p.seqlen_q + bm - 1) / bm;
   w.n_blocks = (p.seqlen_k + bn - 1) / bn;
   const bool gqa = p.nheads != p.nheads_k;
@@ -121,6 +121,10 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p, int bucket) {
     }
   }
   return w;
+}
+
+inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p, int bucket) {
+  return bwd_workspace_layout(p, bucket, bwd_block_m(bucket), bwd_block_n(bucket));
 }
 
 }  // namespace flashattn::sm80
