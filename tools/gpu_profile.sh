@@ -2,7 +2,8 @@
 # One device call for kernel tuning: builds the standalone self-tests (no torch build), runs
 # their benchmarks and an Nsight Compute profile of our backward against SDPA flash's.
 # Env: NCU=1 (profile PROFILE_CELLS, "d N causal" triples, default "128 8192 0;64 8192 0"),
-# DIAG=1 (stage-left-out timings), BWD_DQ_AB=0 (skip timing each dQ add mode), FWD=0.
+# DIAG=1 (stage-left-out timings), TILES=1 (selftest_bwd --tiles / --tiles256), FWD=0,
+# BWD_BENCH= (correctness only, no timing grid).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 A="-std=c++17 -O3 -lineinfo -gencode=arch=compute_90,code=sm_90 -I csrc ${EXTRA_NVCC:-}"
@@ -19,15 +20,9 @@ nvcc $A $B/st.o $B/h*.o -o $B/selftest_bwd || exit 1
 echo "== compiled in $(( $(date +%s) - t0 )) s"
 $B/selftest_bwd ${BWD_BENCH---bench} > "$OUT/bwd_bench.log" 2>&1; echo "bwd selftest rc=$?"
 grep -E "FAIL|failed|bench" "$OUT/bwd_bench.log"
-if [ "${BWD_DQ_AB:-1}" = 1 ]; then  # the same binary, each dQ add mode (BwdArgs::dq_mode)
-  for d in 64 128; do for N in 2048 8192; do for c in 0 1; do for m in 0 1 2 3; do
-    echo "mode $m: $(FLASHATTN_BWD_DQ_MODE=$m $B/selftest_bwd --one $d $N $c 0)"
-  done; done; done; done
-  for d in 64 128 256; do for m in 0 1 2 3; do
-    echo "mode $m: $(FLASHATTN_BWD_DQ_MODE=$m $B/selftest_bwd --one $d 4096 1 1)"
-    echo "mode $m: $(FLASHATTN_BWD_DQ_MODE=$m $B/selftest_bwd --one $d 4096 0 0)"
-  done; done
-  for m in 1 2 3; do echo "== mode $m correctness"; FLASHATTN_BWD_DQ_MODE=$m $B/selftest_bwd | grep -E "FAIL|failed"; done
+if [ "${TILES:-0}" = 1 ]; then  # candidate tile shapes: checked on their bucket's cases, timed
+  $B/selftest_bwd --tiles 2>&1 | grep -vE " ok$"
+  $B/selftest_bwd --tiles256
 fi
 if [ "${FWD:-1}" = 1 ]; then
   $B/selftest_fwd --no-bench --variants > "$OUT/fwd_variants.log" 2>&1; echo "fwd selftest rc=$?"
