@@ -24,8 +24,8 @@ struct BwdArgs {
   int* dq_sem;      // nullptr unless deterministic
   int* dkv_sem;     // nullptr unless deterministic and group > 1
   int group;        // nheads / nheads_k
-  int m_blocks, n_blocks;  // semaphore strides per (batch, head): bwd_workspace_layout's
-                           // counts (m_blocks may exceed the tile's own query blocks)
+  int m_blocks;     // dq_sem stride per (batch, head): the layout's count (>= the tile's)
+  int n_blocks;     // the tile's key blocks (the grid's x; dkv_sem stride)
   bool aligned_in;  // q/k/v/dO: 16-byte aligned pointers and strides (cp.async path)
   bool aligned_o;   // out: the same, for the preprocessing's vector loads
   bool pair_out;    // dq/dk/dv: 4-byte stores of element pairs are aligned

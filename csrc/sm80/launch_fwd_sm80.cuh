@@ -48,9 +48,11 @@ void launch_fwd_variants(const FwdParams& p, cudaStream_t stream) {
   const bool even_k = vec_ok && p.headdim == Traits::kHeadDim && p.headdim_v == Traits::kHeadDim;
   // A non-positive scale would break max-then-scale: it takes the transformed-score path.
   const bool score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
-  // Right-bounded windows (causal) give later query blocks more keys: launch every head's
-  // longest blocks first (H200, bf16: +3-10% at d 64-256, N 512-16k; tools/selftest_fwd).
-  const bool heavy_first = p.window_right >= 0;
+  // Causal (a right bound, no left one) gives later query blocks more keys: launch every
+  // head's longest blocks first (H200, bf16: +3-10% at d 64-256, N 512-16k;
+  // tools/selftest_fwd). The kernel's linear block index is 32-bit: only below 2^31 blocks.
+  const bool heavy_first = p.window_right >= 0 && p.window_left < 0 &&
+                           m_blocks * p.nheads * p.batch <= int64_t(0x7fffffff);
   if (even_k) {
     if (score_mod) launch_fwd<Traits, true, true>(p, vec_ok, grid, stream, heavy_first);
     else launch_fwd<Traits, true, false>(p, vec_ok, grid, stream, heavy_first);
