@@ -154,9 +154,9 @@ static void run_kernel(const BwdParams& p) {
 
 // The backward entry the cases and timings use (run_kernel, or one tile shape for A/B runs).
 static void (*g_runner)(const BwdParams&) = run_kernel;
-template <typename Tile>
+template <typename Tile, bool kHeavyFirst = false>
 static void run_tile(const BwdParams& p) {
-  sm80::run_bwd_tile<Tile, bf16>(p, 0, generous_layout(p));
+  sm80::run_bwd_tile<Tile, bf16>(p, 0, generous_layout(p), kHeavyFirst);
 }
 
 static std::vector<bf16> to_bf(const std::vector<float>& x) {
@@ -420,7 +420,8 @@ static std::vector<Case> selftest_cases() {
 int main(int argc, char** argv) {
   // --one d N causal det: time one cell only (for a profiler).
   // --tiles: other tile shapes for d64 / d128, each checked on the cases of its bucket, then
-  // timed. Candidates: d64 32 x 256 (half the dQ REDs, P^T in registers, 96 KB); tiles of
+  // timed. Candidates: the current tiles with heavy-first launch order (causal cells gain,
+  // if any); d64 32 x 256 (half the dQ REDs, P^T in registers, 96 KB); tiles of
   // <= 99 KB for sm_86 / sm_89 (d32 64 KB, d96 88 KB, d128 72 KB, d192 76 KB; d256 needs a
   // single-stage pipeline, not written yet).
   if (argc == 2 && std::string(argv[1]) == "--tiles") {
@@ -428,7 +429,9 @@ int main(int argc, char** argv) {
     const Cand cands[] = {
         {"d64 128x128 (current)", 64, run_tile<sm80::BwdTileFor<64>::type>},
         {"d64 32x256 w8 (8,8,2)", 64, run_tile<sm80::BwdTile<64, 32, 256, 8, 8, 8, 2>>},
+        {"d64 128x128 heavy-first", 64, run_tile<sm80::BwdTileFor<64>::type, true>},
         {"d128 64x128 (current)", 128, run_tile<sm80::BwdTileFor<128>::type>},
+        {"d128 64x128 heavy-first", 128, run_tile<sm80::BwdTileFor<128>::type, true>},
         {"d128 32x64 w8 (4,4,2)", 128, run_tile<sm80::BwdTile<128, 32, 64, 8, 4, 4, 2>>},
         // <= 99 KB for sm_86 / sm_89 (their current tiles need 112-160 KB).
         {"d32 64x128 w8 (4,4,4)", 32, run_tile<sm80::BwdTile<32, 64, 128, 8, 4, 4, 4>>},
@@ -445,7 +448,7 @@ int main(int argc, char** argv) {
         if (headdim_bucket(k.d, k.dv) == c.d) { bad += !run_case(k, rng); ++ran; }
       std::printf("== %s: %d of %d cases failed\n", c.name, bad, ran);
       fails += bad;
-      for (int N : {2048, 8192})
+      for (int N : {2048, 8192, 16384})
         for (bool causal : {false, true}) { std::printf("%s: ", c.name); bench(c.d, N, causal, false); }
       std::printf("%s: ", c.name); bench(c.d, 4096, true, true);
     }

@@ -253,8 +253,21 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // contributor_rank), so the grid is walked backwards too: a CTA only ever waits on CTAs
   // with lower linear indices, which the hardware has launched before it.
   const bool descending = args.dq_sem != nullptr && p.window_right >= 0;
-  const int n_block = descending ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
+  int n_block, h, b;
+  if (args.heavy_first) {
+    // Causal, not deterministic: key block n sees the most query blocks at n = 0; launch
+    // every head's block 0, then every head's block 1, ... (n the slowest index of the
+    // linear block order; fewer than 2^31 blocks, checked on the host).
+    const int hb = gridDim.y * gridDim.z;
+    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    n_block = lin / hb;
+    h = (lin % hb) % gridDim.y;
+    b = (lin % hb) / gridDim.y;
+  } else {
+    n_block = descending ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    h = blockIdx.y;
+    b = blockIdx.z;
+  }
   const SeqInfo si = seq_info_clamped(p, b);
   const int sq = si.seqlen_q, sk = si.seqlen_k;
   const int n0 = n_block * kBN;

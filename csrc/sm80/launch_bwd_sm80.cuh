@@ -30,9 +30,13 @@ inline int convert_grid(int64_t work) {
 }  // namespace bwd_detail
 
 // The backward with one tile shape, on a workspace laid out as `ws` (run_bwd_hdim picks the
-// tile; the self-test also times other shapes on a workspace sized for them).
+// tile; the self-test also times other shapes on a workspace sized for them). heavy_first:
+// for causal, non-deterministic calls, launch every head's longest key blocks first (as the
+// forward does); off in run_bwd_hdim until it has been timed and checked on a GPU
+// (tools/selftest_bwd_sm80.cu --tiles).
 template <typename Tile, typename Element>
-void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspaceLayout& ws) {
+void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspaceLayout& ws,
+                  bool heavy_first = false) {
   using namespace bwd_detail;
   constexpr int kHeadDim = Tile::kHeadDim;
   const BwdParams& p = params;
@@ -69,6 +73,9 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
                   strides_mod(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, 2) &&
                   strides_mod(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, 2);
 
+  args.heavy_first = heavy_first && p.window_right >= 0 && p.window_left < 0 &&
+                     !p.deterministic &&
+                     int64_t(n_blocks) * p.nheads * p.batch <= int64_t(0x7fffffff);
   // Rotated visiting order without a window. Deterministic mode then waits on CTAs with
   // higher linear indices: safe only while one head's key blocks fit on the GPU at once.
   args.rotate = p.window_left < 0 && p.window_right < 0;
