@@ -422,8 +422,9 @@ int main(int argc, char** argv) {
   // --tiles: other tile shapes for d64 / d128, each checked on the cases of its bucket, then
   // timed. Candidates: the current tiles with heavy-first launch order (causal cells gain,
   // if any); d64 32 x 256 (half the dQ REDs, P^T in registers, 96 KB); tiles of
-  // <= 99 KB for sm_86 / sm_89 (d32 64 KB, d96 88 KB, d128 72 KB, d192 76 KB; d256 needs a
-  // single-stage pipeline, not written yet).
+  // <= 99 KB for sm_86 / sm_89 (d32 64 KB, d96 88 KB, d128 72 KB, d192 76 KB). d256 does not
+  // fit with these kernels: one Q / dO stage and 4 warps spill 500 B (128 dK / dV registers);
+  // FA2 keeps V in registers and single-buffers there.
   if (argc == 2 && std::string(argv[1]) == "--tiles") {
     struct Cand { const char* name; int d; void (*run)(const BwdParams&); };
     const Cand cands[] = {
