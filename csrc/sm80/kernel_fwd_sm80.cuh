@@ -151,10 +151,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   constexpr float kLn2 = 0.6931471805599453f;
 
   extern __shared__ __align__(128) unsigned char smem[];
-  // Longest causal blocks (highest m) are launched first: less tail at the end of the grid.
-  // heavy_first: over the whole grid (m the slowest index: every head's last block, then the
-  // one before...), else within each (head, batch), which keeps one head's K / V hot in L2.
-  // The host sets it only for grids of fewer than 2^31 blocks (32-bit linear index).
+  // Longest causal blocks (highest m) first: less tail. heavy_first: over the whole grid (m
+  // the slowest index; the host sets it below 2^31 blocks), else within each (head, batch),
+  // which keeps one head's K / V hot in L2.
   int m_block, h, b;
   if (heavy_first) {
     const int hb = gridDim.y * gridDim.z;

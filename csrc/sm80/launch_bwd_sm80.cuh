@@ -29,11 +29,9 @@ inline int convert_grid(int64_t work) {
 
 }  // namespace bwd_detail
 
-// The backward with one tile shape, on a workspace laid out as `ws` (run_bwd_hdim picks the
-// tile; the self-test also times other shapes on a workspace sized for them). heavy_first:
-// for causal, non-deterministic calls, launch every head's longest key blocks first (as the
-// forward does); off in run_bwd_hdim until it has been timed and checked on a GPU
-// (tools/selftest_bwd_sm80.cu --tiles).
+// One tile shape on a workspace laid out as `ws` (run_bwd_hdim picks both). heavy_first
+// (causal, non-deterministic: longest key blocks first) stays off in run_bwd_hdim until
+// `selftest_bwd --tiles` has checked and timed it on a GPU.
 template <typename Tile, typename Element>
 void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspaceLayout& ws,
                   bool heavy_first = false) {

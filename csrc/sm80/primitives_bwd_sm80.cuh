@@ -107,10 +107,9 @@ struct SwzLane {
 };
 template <int kCols>
 inline constexpr int kSwzGroupCols = (((kCols / 8) % 8 == 0) ? 8 : 4) * 8;
-// Whether SwzLane may fold for a warp tile kTileCols wide whose lanes start at chunk 0 or 1
-// of the tile and step by 16 columns inside it: the tile covers whole swizzle groups, or its
-// T = kTileCols / 8 chunks are a power of two <= the group (tiles then start at multiples
-// of T inside a group, and lane chunk + step < T never carries into the tile's start bits).
+// SwzLane may fold for a warp tile kTileCols wide (lanes at chunk 0 / 1, 16-column steps) if
+// it covers whole swizzle groups, or its T = kTileCols / 8 chunks are a power of two <= the
+// group: lane chunk + step < T then never carries into the tile's start bits.
 template <int kCols, int kTileCols>
 inline constexpr bool kSwzFold =
     kTileCols % kSwzGroupCols<kCols> == 0 ||

@@ -69,11 +69,9 @@ template <> struct BwdTileFor<128> { using type = BwdTile<128, 64, 128, 8, 4, 4,
 template <> struct BwdTileFor<192> { using type = BwdTile<192, 64, 64, 8, 4, 4, 2>; };
 template <> struct BwdTileFor<256> { using type = BwdTile<256, 32, 64, 8, 4, 4, 2>; };
 
-// A larger tile for GPUs whose opt-in shared memory per block holds it (sm90: 227 KB), chosen
-// at launch; the same kBlockN and a kBlockM no smaller than BwdTileFor's. d256: FA2's H100
-// shape (64 x 64), 209 KB at 2 stages, against 32 x 64 for the A100. H200, bf16, hidden 2048
-// (tools/selftest_bwd_sm80.cu --tiles256), TFLOP/s small -> large: N=512 138 -> 163, causal
-// 101 -> 117; 2k 164 -> 201, causal 143 -> 174; 8k 173 -> 213, causal 170 -> 211.
+// A larger tile where the GPU's opt-in smem holds it (sm90), chosen at launch; same kBlockN.
+// d256: 64 x 64 (209 KB) against the A100's 32 x 64: H200 bf16 +18-25% (N 512-8k, causal
+// too; `selftest_bwd --tiles256`, benchmarks/NOTES.md).
 template <int kHeadDim> struct BwdTileLargeSmem { using type = typename BwdTileFor<kHeadDim>::type; };
 template <> struct BwdTileLargeSmem<256> { using type = BwdTile<256, 64, 64, 8, 4, 2, 2>; };
 
