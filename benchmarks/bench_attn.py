@@ -10,6 +10,7 @@ and our speed-up over each peer and the best one. Examples:
 """
 
 import argparse
+import hashlib
 import datetime
 import json
 import os
@@ -58,6 +59,24 @@ def git_commit() -> dict:
         return {"commit": "unknown", "dirty": None}
 
 
+def source_sha256() -> str:
+    """sha256 over the files the library is built from (csrc/, flashattn/*.py, setup.py),
+    by relative path and content: recomputable from any checkout, so a run from a copy
+    without .git (the device machine's) can still be matched to a commit."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [os.path.join(root, "setup.py")]
+    for sub, exts in (("csrc", (".h", ".cuh", ".cu", ".cpp")), ("flashattn", (".py",))):
+        for dirpath, _, files in os.walk(os.path.join(root, sub)):
+            paths += [os.path.join(dirpath, f) for f in files
+                      if f.endswith(exts) and f != "_build_config.py"]
+    digest = hashlib.sha256()
+    for path in sorted(paths, key=lambda q: os.path.relpath(q, root)):
+        digest.update(os.path.relpath(path, root).encode() + b"\0")
+        with open(path, "rb") as f:
+            digest.update(f.read() + b"\0")
+    return digest.hexdigest()
+
+
 def header(device: torch.device, args: argparse.Namespace) -> dict:
     cuda = device.type == "cuda"
     props = torch.cuda.get_device_properties(device) if cuda else None
@@ -68,6 +87,7 @@ def header(device: torch.device, args: argparse.Namespace) -> dict:
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **({"commit": args.commit, "dirty": None} if args.commit else git_commit()),
+        "source_sha256": source_sha256(),
         "device": str(device),
         "sm_count": props.multi_processor_count if cuda else None,
         "l2_bytes": bench.l2_bytes(device) if cuda else None,

@@ -55,7 +55,7 @@ def summary_table(rows: list, names: list, reference: str) -> list:
     peers = [name for name in names if name != OURS]
     subsets = (("d ∈ {64, 128}, N ≥ 2048", lambda r: r["d"] in (64, 128) and r["N"] >= 2048),
                ("whole grid", lambda r: True))
-    lines = [f"| mode | subset | cells | median ×{reference} | min ×{reference} "
+    lines = [f"| mode | subset | cells (ours missing) | median ×{reference} | min ×{reference} "
              "| median ×best | min ×best |", "|---|---|---:|---:|---:|---:|---:|"]
     for mode in sorted({row["mode"] for row in rows}, key=["fwd", "bwd"].index):
         for label, keep in subsets:
@@ -64,7 +64,8 @@ def summary_table(rows: list, names: list, reference: str) -> list:
             for i in (0, 1):  # over the reference, over the best peer
                 values = [ratio[i] for ratio in ratios if ratio[i] is not None]
                 stats += [statistics.median(values), min(values)] if values else [None, None]
-            lines.append(f"| {mode} | {label} | {len(ratios)} | "
+            missing = sum(1 for r in rows if r["mode"] == mode and keep(r) and r[OURS] is None)
+            lines.append(f"| {mode} | {label} | {len(ratios)} ({missing}) | "
                          + " | ".join(fmt(s, ".2f") for s in stats) + " |")
     return lines
 

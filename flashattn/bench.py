@@ -173,12 +173,17 @@ _reported = set()  # (implementation, reason) pairs already noted on stderr
 
 def attempt(impl: Impl, cell: Cell, fn: Callable):
     """fn() inside impl's context; None if the implementation rejects the cell (the
-    first cell it rejects for a given reason is noted on stderr)."""
+    first cell it rejects for a given reason is noted on stderr). Ours only rejects with
+    its own named errors ("flashattn ..."); anything else of ours (a CUDA error, out of
+    memory) ends the run instead of becoming a silent gap in the table."""
     try:
         with impl.context(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SDPA warns at length before it rejects
             return fn()
     except RuntimeError as err:
+        if impl.name == OURS and (isinstance(err, torch.cuda.OutOfMemoryError)
+                                  or not str(err).lstrip().startswith("flashattn")):
+            raise
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
         if (impl.name, reason) not in _reported:
             _reported.add((impl.name, reason))

@@ -50,7 +50,7 @@ def _ref_chunked(q, k, v, dout, causal, compute_dtype):
     (4096, 4, 2, 2, 64, False, torch.float16),
     (2048, 4, 4, 2, 256, True, torch.bfloat16),
     (8192, 1, 1, 1, 96, False, torch.float16),
-    (1500, 2, 16, 4, 64, True, torch.float16),  # causal heavy-first order over 384 CTAs
+    (1500, 2, 16, 4, 64, True, torch.float16),  # forward: causal heavy-first over 384 CTAs
 ])
 def test_large_shapes(N, B, H, Hk, d, causal, dtype):
     _skip(dtype, d)

@@ -71,7 +71,10 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck; do
     t0=$(date +%s)
-    PYTHONPATH=$PWD compute-sanitizer --tool $tool --error-exitcode 17 $PY tools/sanitize_cases.py \
+    # No caching allocator: each tensor its own cudaMalloc, so memcheck sees the edges of
+    # every buffer (pooled 2 MiB blocks would hide an overrun into a neighbouring tensor).
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 PYTHONPATH=$PWD \
+      compute-sanitizer --tool $tool --error-exitcode 17 $PY tools/sanitize_cases.py \
       > "$OUT/sanitize_$tool.log" 2>&1
     rc=$?
     note "sanitize $tool: rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
