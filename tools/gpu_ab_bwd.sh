@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# A/B timing of the sm80 backward: the working tree's csrc against a copy in $AB_BASE
-# (default ab_base/csrc, e.g. from `git archive <rev> csrc | tar -x -C ab_base`), d64 and
-# d128 only (-DSELFTEST_ONLY_64_128), binaries run alternately on the same cells.
+# A/B timing of the sm80 backward: the working tree against an older tree in $AB_BASE
+# (default ab_base, from `git archive <rev> csrc tools | tar -x -C ab_base`, rev >= c2979e1
+# for the self-test's --one), each built with its own self-test, d64 and d128 only
+# (-DSELFTEST_ONLY_64_128), binaries run alternately on the same cells. Carry ab_base.
 set -uo pipefail
-BASE_SRC="${AB_BASE:-ab_base/csrc}"
+BASE_DIR="${AB_BASE:-ab_base}"
+BASE_SRC="$BASE_DIR/csrc"
 B=/tmp/ab; mkdir -p $B
 A="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -DSELFTEST_ONLY_64_128"
 t0=$(date +%s)
 for v in new base; do
-  src=csrc; [ $v = base ] && src=$BASE_SRC
+  src=csrc; st=tools/selftest_bwd_sm80.cu
+  [ $v = base ] && src=$BASE_SRC && st=$BASE_DIR/tools/selftest_bwd_sm80.cu
   mkdir -p $B/$v
   for d in 64 128; do nvcc $A -I $src -c $src/instantiations/bwd_sm80_hdim${d}_bf16.cu -o $B/$v/h$d.o & done
-  # the self-test includes ../csrc-relative headers through -I: build it against each tree
-  nvcc $A -I $src -c tools/selftest_bwd_sm80.cu -o $B/$v/st.o &
+  nvcc $A -I $src -c $st -o $B/$v/st.o &
 done
 wait
 for v in new base; do nvcc $A $B/$v/st.o $B/$v/h64.o $B/$v/h128.o -o $B/$v/selftest || exit 1; done
