@@ -430,6 +430,7 @@ int main(int argc, char** argv) {
     const Cand cands[] = {
         {"d64 128x128 (current)", 64, run_tile<sm80::BwdTileFor<64>::type>},
         {"d64 32x256 w8 (8,8,2)", 64, run_tile<sm80::BwdTile<64, 32, 256, 8, 8, 8, 2>>},
+        {"d64 64x128 w8 (4,4,4) FA2's", 64, run_tile<sm80::BwdTile<64, 64, 128, 8, 4, 4, 4>>},
         {"d64 128x128 heavy-first", 64, run_tile<sm80::BwdTileFor<64>::type, true>},
         {"d128 64x128 (current)", 128, run_tile<sm80::BwdTileFor<128>::type>},
         {"d128 64x128 heavy-first", 128, run_tile<sm80::BwdTileFor<128>::type, true>},
