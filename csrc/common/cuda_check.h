@@ -24,9 +24,25 @@ inline void check_grid_heads_batch(int64_t nheads, int64_t batch, const char* wh
                              ") must be <= 65535 on CUDA");
 }
 
+// Whether a causal grid (a right window bound, no left one) of `blocks` CTAs may use the
+// kernels' heavy-first launch order: its linear block index is 32-bit.
+inline bool heavy_first_ok(int window_left, int window_right, int64_t blocks) {
+  return window_right >= 0 && window_left < 0 && blocks <= int64_t(0x7fffffff);
+}
+
 }  // namespace flashattn
 
 #define FLASHATTN_CUDA_CHECK(expr) ::flashattn::cuda_check((expr), #expr, __FILE__, __LINE__)
 // After every kernel launch: catches bad launch configurations without a device sync.
 #define FLASHATTN_LAUNCH_CHECK() \
   ::flashattn::cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+namespace flashattn {
+// An attribute of the current device (shared memory opt-in, SM count, ...).
+inline int current_device_attribute(cudaDeviceAttr attr) {
+  int dev = 0, value = 0;
+  FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
+  FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  return value;
+}
+}  // namespace flashattn

@@ -201,39 +201,31 @@ __device__ __forceinline__ void store_acc(const float (&acc)[kMT][kNT][4], Eleme
     }
 }
 
-// Adds a warp's accumulator tile (times scale) into an fp32 [rows][heads][kDim] buffer.
-template <int kMT, int kNT, int kDim>
+// Adds a warp's accumulator tile (times scale) into an fp32 buffer of row_stride floats per
+// row. Row checks only when the tile crosses rows_valid (a branch per row otherwise).
+template <int kMT, int kNT>
 __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* gmem,
                                         int64_t row_stride, int row0, int col0, int rows_valid,
                                         float scale, int lane) {
-  if (row0 + kMT * 16 <= rows_valid) {  // every row valid: one pointer per row, no branches
+  auto body = [&](auto kChecked) {
     float* base = gmem + (row0 + lane / 4) * row_stride + col0 + (lane % 4) * 2;
-    const int64_t stride8 = 8 * row_stride;
 #pragma unroll
     for (int mi = 0; mi < kMT; ++mi)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float* row = base + (2 * mi + half) * stride8;
+        const int dr = (2 * mi + half) * 8;  // this row's offset from the lane's first row
+        if (decltype(kChecked)::value && row0 + lane / 4 + dr >= rows_valid) continue;
+        float* row = base + dr * row_stride;
 #pragma unroll
         for (int ni = 0; ni < kNT; ++ni)
           red_add_f32x2(row + ni * 8, acc[mi][ni][half * 2] * scale,
                         acc[mi][ni][half * 2 + 1] * scale);
       }
-    return;
-  }
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row0 + mi * 16 + lane / 4 + half * 8;
-      if (r >= rows_valid) continue;
-      float* row = gmem + r * row_stride;
-#pragma unroll
-      for (int ni = 0; ni < kNT; ++ni) {
-        const int c = col0 + ni * 8 + (lane % 4) * 2;
-        red_add_f32x2(row + c, acc[mi][ni][half * 2] * scale, acc[mi][ni][half * 2 + 1] * scale);
-      }
-    }
+  };
+  if (row0 + kMT * 16 <= rows_valid)
+    body(std::false_type{});
+  else
+    body(std::true_type{});
 }
 
 template <typename Tile, typename Element, bool Has_softcap>
@@ -256,13 +248,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   int n_block, h, b;
   if (args.heavy_first) {
     // Causal, not deterministic: key block n sees the most query blocks at n = 0; launch
-    // every head's block 0, then every head's block 1, ... (n the slowest index of the
-    // linear block order; fewer than 2^31 blocks, checked on the host).
-    const int hb = gridDim.y * gridDim.z;
-    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    n_block = lin / hb;
-    h = (lin % hb) % gridDim.y;
-    b = (lin % hb) / gridDim.y;
+    // every head's block 0, then every head's block 1, ...
+    const GridCoord c = x_slowest_coord();
+    n_block = c.x_rank;
+    h = c.y;
+    b = c.z;
   } else {
     n_block = descending ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     h = blockIdx.y;
@@ -603,7 +593,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                                                args.n_blocks, descending));
       __syncthreads();
     }
-    red_acc<kMT3, kNT3, kD>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
+    red_acc<kMT3, kNT3>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
                             wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
     if (sem != nullptr) {
       if (defer_release) {
@@ -642,9 +632,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   const int64_t kv_row_stride = int64_t(p.nheads_k) * kD;
   const int64_t kv_off = ((k_row_global(p, b, si) + n0) * p.nheads_k + hk) * kD;
-  red_acc<kMT2, kNT2, kD>(acc_dk, args.dk_accum + kv_off, kv_row_stride, row0, col0, sk - n0,
+  red_acc<kMT2, kNT2>(acc_dk, args.dk_accum + kv_off, kv_row_stride, row0, col0, sk - n0,
                           p.softmax_scale, lane);
-  red_acc<kMT2, kNT2, kD>(acc_dv, args.dv_accum + kv_off, kv_row_stride, row0, col0, sk - n0,
+  red_acc<kMT2, kNT2>(acc_dv, args.dv_accum + kv_off, kv_row_stride, row0, col0, sk - n0,
                           1.f, lane);
   if (sem != nullptr) {
     __syncthreads();

@@ -156,11 +156,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   // which keeps one head's K / V hot in L2.
   int m_block, h, b;
   if (heavy_first) {
-    const int hb = gridDim.y * gridDim.z;
-    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    m_block = gridDim.x - 1 - lin / hb;
-    h = (lin % hb) % gridDim.y;
-    b = (lin % hb) / gridDim.y;
+    const GridCoord c = x_slowest_coord();
+    m_block = gridDim.x - 1 - c.x_rank;
+    h = c.y;
+    b = c.z;
   } else {
     m_block = gridDim.x - 1 - blockIdx.x;
     h = blockIdx.y;

@@ -71,17 +71,14 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
                   strides_mod(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, 2) &&
                   strides_mod(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, 2);
 
-  args.heavy_first = heavy_first && p.window_right >= 0 && p.window_left < 0 &&
-                     !p.deterministic &&
-                     int64_t(n_blocks) * p.nheads * p.batch <= int64_t(0x7fffffff);
+  args.heavy_first = heavy_first && !p.deterministic &&
+                     heavy_first_ok(p.window_left, p.window_right,
+                                    int64_t(n_blocks) * p.nheads * p.batch);
   // Rotated visiting order without a window. Deterministic mode then waits on CTAs with
   // higher linear indices: safe only while one head's key blocks fit on the GPU at once.
   args.rotate = p.window_left < 0 && p.window_right < 0;
   if (args.rotate && p.deterministic) {
-    int dev = 0, sms = 0;
-    FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
-    FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    args.rotate = n_blocks <= sms;
+    args.rotate = n_blocks <= current_device_attribute(cudaDevAttrMultiProcessorCount);
   }
 
   // (1) D = rowsum(dO * O).
@@ -94,10 +91,7 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
   if (!empty) {
     dim3 grid(n_blocks, p.nheads, p.batch);
     constexpr int kSmem = Tile::kSmemBytes;
-    int dev = 0, smem_optin = 0;
-    FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
-    FLASHATTN_CUDA_CHECK(
-        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const int smem_optin = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     if (smem_optin < kSmem)  // e.g. sm_86/89 (99 KiB): no smaller backward tile yet
       throw std::runtime_error("flashattn sm80 bwd: head dim " + std::to_string(kHeadDim) +
                                " needs " + std::to_string(kSmem) +
@@ -163,11 +157,8 @@ void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
                 "the workspace is sized by bwd_block_m / bwd_block_n (tile_bwd_sm80.h)");
   const BwdWorkspaceLayout ws = bwd_workspace_layout(params, kHeadDim);
   if constexpr (!std::is_same_v<Small, Large>) {
-    int dev = 0, smem_optin = 0;
-    FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
-    FLASHATTN_CUDA_CHECK(
-        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (smem_optin >= Large::kSmemBytes) return run_bwd_tile<Large, Element>(params, stream, ws);
+    if (current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin) >= Large::kSmemBytes)
+      return run_bwd_tile<Large, Element>(params, stream, ws);
   }
   run_bwd_tile<Small, Element>(params, stream, ws);
 }

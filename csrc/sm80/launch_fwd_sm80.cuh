@@ -51,8 +51,8 @@ void launch_fwd_variants(const FwdParams& p, cudaStream_t stream) {
   // Causal (a right bound, no left one) gives later query blocks more keys: launch every
   // head's longest blocks first (H200, bf16: +3-10% at d 64-256, N 512-16k;
   // tools/selftest_fwd). The kernel's linear block index is 32-bit: only below 2^31 blocks.
-  const bool heavy_first = p.window_right >= 0 && p.window_left < 0 &&
-                           m_blocks * p.nheads * p.batch <= int64_t(0x7fffffff);
+  const bool heavy_first =
+      heavy_first_ok(p.window_left, p.window_right, m_blocks * p.nheads * p.batch);
   if (even_k) {
     if (score_mod) launch_fwd<Traits, true, true>(p, vec_ok, grid, stream, heavy_first);
     else launch_fwd<Traits, true, false>(p, vec_ok, grid, stream, heavy_first);
@@ -76,10 +76,7 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
     throw std::runtime_error("flashattn sm80 fwd: nheads must be a multiple of nheads_k");
   if (p.seqlen_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
   if constexpr (SmallTraits::kSmemBytes < Traits::kSmemBytes) {
-    int device = 0, max_smem = 0;
-    FLASHATTN_CUDA_CHECK(cudaGetDevice(&device));
-    FLASHATTN_CUDA_CHECK(
-        cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const int max_smem = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     if (max_smem < Traits::kSmemBytes) {
       if (max_smem < SmallTraits::kSmemBytes)
         throw std::runtime_error("flashattn sm80 fwd: the GPU's shared memory per block (" +
