@@ -2,7 +2,7 @@
 # One device call for kernel tuning: builds the standalone self-tests (no torch build), runs
 # their benchmarks and an Nsight Compute profile of our backward against SDPA flash's.
 # Env: NCU=1 (profile PROFILE_CELLS, "d N causal" triples, default "128 8192 0;64 8192 0"),
-# DIAG=1 (stage-left-out timings), TILES=1 (selftest_bwd --tiles / --tiles256), FWD=0,
+# DIAG=1 / VARIANTS (A/B of sed-edited copies, see below), TILES=1 (selftest_bwd --tiles / --tiles256), FWD=0,
 # BWD_BENCH= (correctness only, no timing grid).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -28,24 +28,35 @@ if [ "${FWD:-1}" = 1 ]; then
   $B/selftest_fwd --no-bench --variants > "$OUT/fwd_variants.log" 2>&1; echo "fwd selftest rc=$?"
   grep -vE " ok$" "$OUT/fwd_variants.log" | tail -n 60
 fi
-# Diagnostics: the backward with a stage left out (wrong results; timing only).
-diag() {  # name, sed expression on kernel_bwd_sm80.cuh
-  rm -rf /tmp/diag_$1; cp -r csrc /tmp/diag_$1; sed -i "$2" /tmp/diag_$1/sm80/kernel_bwd_sm80.cuh
+# Variants of the backward (csrc copied, one sed applied): name|file under csrc|sed expr.
+# DIAG=1 adds the stage-left-out diagnostics (wrong results; timing only). VARIANTS (";"-
+# separated entries) adds others; each is timed --one against the base, interleaved.
+variant() {  # name, file, sed expression
+  rm -rf /tmp/var_$1; cp -r csrc /tmp/var_$1; sed -i "$3" /tmp/var_$1/$2
+  cmp -s csrc/$2 /tmp/var_$1/$2 && echo "variant $1: the sed changed nothing" && return
   for d in 64 128; do
-    nvcc ${A/-I csrc/-I /tmp/diag_$1} -c /tmp/diag_$1/instantiations/bwd_sm80_hdim${d}_bf16.cu -o /tmp/diag_$1/h$d.o &
+    nvcc ${A/-I csrc/-I /tmp/var_$1} -c /tmp/var_$1/instantiations/bwd_sm80_hdim${d}_bf16.cu -o /tmp/var_$1/h$d.o &
   done
 }
-if [ "${DIAG:-0}" = 1 ]; then
-  diag no_dq 's/^    red_acc<kMT3/    if (0) red_acc<kMT3/'
-  diag dq_noatomic 's/^    red_acc<kMT3/    if (p.softcap == -1.f) red_acc<kMT3/'
-  wait
-  for v in no_dq dq_noatomic; do
-    nvcc $A $B/st.o $B/h32.o $B/h96.o $B/h192.o $B/h256.o /tmp/diag_$v/h64.o /tmp/diag_$v/h128.o -o $B/bwd_$v
-    for d in 64 128; do for c in 0 1; do
-      echo "$v: $($B/bwd_$v --one $d 8192 $c 0)"; echo "base: $($B/selftest_bwd --one $d 8192 $c 0)"
-    done; done
+VLIST="${VARIANTS:-}"
+[ "${DIAG:-0}" = 1 ] && VLIST="no_dq|sm80/kernel_bwd_sm80.cuh|s/^    red_acc<kMT3/    if (0) red_acc<kMT3/;$VLIST"
+names=()
+IFS=';' read -ra ventries <<< "$VLIST"
+for e in "${ventries[@]}"; do
+  [ -z "$e" ] && continue
+  IFS='|' read -r vn vf vs <<< "$e"; variant "$vn" "$vf" "$vs"; names+=("$vn")
+done
+wait
+for v in "${names[@]}"; do
+  [ -f /tmp/var_$v/h64.o ] || continue
+  nvcc $A $B/st.o $B/h32.o $B/h96.o $B/h192.o $B/h256.o /tmp/var_$v/h64.o /tmp/var_$v/h128.o -o $B/bwd_$v || continue
+  for cell in ${VCELLS:-64,8192,0 64,8192,1 128,8192,0 128,8192,1 128,2048,0}; do
+    IFS=, read -r d n c <<< "$cell"
+    for rep in 1 2; do
+      echo "$v: $($B/bwd_$v --one $d $n $c 0)"; echo "base: $($B/selftest_bwd --one $d $n $c 0)"
+    done
   done
-fi
+done
 if [ "${NCU:-0}" = 1 ]; then
   SEC="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --section WarpStateStats --section SchedulerStats --section InstructionStats --section LaunchStats \
@@ -53,10 +64,17 @@ if [ "${NCU:-0}" = 1 ]; then
   IFS=';' read -ra cells <<< "${PROFILE_CELLS:-128 8192 0;64 8192 0}"
   for cell in "${cells[@]}"; do
     set -- $cell
+    f="$OUT/ncu_d$1_N$2_c$3.log"
     ncu --clock-control none -k regex:bwd_main_kernel --launch-skip 4 --launch-count 1 $SEC \
-      $B/selftest_bwd --one $1 $2 $3 0 > "$OUT/ncu_ours_d$1_N$2_c$3.log" 2>&1
+      --print-details all $B/selftest_bwd --one $1 $2 $3 0 > "$f" 2>&1
     ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 3 --launch-count 1 $SEC \
-      python3 tools/sdpa_bwd_one.py $1 $2 $3 > "$OUT/ncu_sdpa_d$1_N$2_c$3.log" 2>&1
+      --print-details all python3 tools/sdpa_bwd_one.py $1 $2 $3 >> "$f" 2>&1
+    # Executed instructions per SASS opcode (where the two kernels' instruction counts differ).
+    OPC="--metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances details"
+    ncu --clock-control none -k regex:bwd_main_kernel --launch-skip 4 --launch-count 1 $OPC \
+      $B/selftest_bwd --one $1 $2 $3 0 >> "$f" 2>&1
+    ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 3 --launch-count 1 $OPC \
+      python3 tools/sdpa_bwd_one.py $1 $2 $3 >> "$f" 2>&1
     echo "== ncu d$1 N$2 causal$3 done"
   done
 fi
