@@ -3,26 +3,28 @@
 # (default ab_base, from `git archive <rev> csrc tools | tar -x -C ab_base`, rev >= c2979e1
 # for the self-test's --one), each built with its own self-test, d64 and d128 only
 # (-DSELFTEST_ONLY_64_128), binaries run alternately on the same cells. Carry ab_base.
+# TREES="ab_base ab_x ..." compares more trees (each with csrc/ and tools/, carried too).
 set -uo pipefail
-BASE_DIR="${AB_BASE:-ab_base}"
-BASE_SRC="$BASE_DIR/csrc"
+TREES="${TREES:-${AB_BASE:-ab_base}}"
 B=/tmp/ab; mkdir -p $B
 A="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -DSELFTEST_ONLY_64_128"
 t0=$(date +%s)
-for v in new base; do
+names="new"; for t in $TREES; do names="$names $(basename $t)"; done
+for v in $names; do
   src=csrc; st=tools/selftest_bwd_sm80.cu
-  [ $v = base ] && src=$BASE_SRC && st=$BASE_DIR/tools/selftest_bwd_sm80.cu
+  for t in $TREES; do [ "$(basename $t)" = $v ] && src=$t/csrc && st=$t/tools/selftest_bwd_sm80.cu; done
   mkdir -p $B/$v
   for d in 64 128; do nvcc $A -I $src -c $src/instantiations/bwd_sm80_hdim${d}_bf16.cu -o $B/$v/h$d.o & done
   nvcc $A -I $src -c $st -o $B/$v/st.o &
 done
 wait
-for v in new base; do nvcc $A $B/$v/st.o $B/$v/h64.o $B/$v/h128.o -o $B/$v/selftest || exit 1; done
+for v in $names; do nvcc $A $B/$v/st.o $B/$v/h64.o $B/$v/h128.o -o $B/$v/selftest || exit 1; done
 echo "== compiled in $(( $(date +%s) - t0 )) s"
-$B/new/selftest | grep -E "FAIL|failed"
-for cell in "64 2048 0" "64 2048 1" "64 8192 0" "64 8192 1" "128 2048 0" "128 2048 1" "128 8192 0" "128 8192 1" "64 4096 1 1" "128 4096 1 1"; do
-  set -- $cell
-  for rep in 1 2; do for v in base new; do
+for v in $names; do echo "$v: $($B/$v/selftest | grep -E "FAIL|failed")"; done
+CELLS="${CELLS:-64,2048,0 64,2048,1 64,8192,0 64,8192,1 128,2048,0 128,2048,1 128,8192,0 128,8192,1 64,4096,1,1 128,4096,1,1}"
+for cell in $CELLS; do
+  set -- ${cell//,/ }
+  for rep in 1 2; do for v in $names; do
     echo "$v: $($B/$v/selftest --one $1 $2 $3 ${4:-0})"
   done; done
 done

@@ -237,6 +237,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kMT1 = Tile::kTileNSdP / 16, kNT1 = Tile::kTileMSdP / 8;
   constexpr int kMT2 = Tile::kTileNdKV / 16, kNT2 = Tile::kTileDdKV / 8;
   constexpr int kMT3 = Tile::kTileMdQ / 16, kNT3 = Tile::kTileDdQ / 8;
+  // Steps of the dK GEMM (2 * kMT2 MMAs each) and dQ REDs per thread (see red_step).
+  constexpr int kDkvSteps = (kBM / 16) * (kNT2 / 2), kDqReds = kMT3 * 2 * kNT3;
   static_assert(!Tile::kPInRegs || (kMT1 == kMT2 && kNT1 * 8 == kBM),
                 "registers path: the SdP and dKV warp tiles cover the same key rows");
 
@@ -512,51 +514,66 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       release_pending();
     }
 
-    // dV += P^T dO and dK += dS^T Q (k = the query rows of this block).
+    // dV += P^T dO and dK += dS^T Q (k = the query rows of this block), one GEMM each: A
+    // from registers (kPInRegs: acc_s / acc_dp) or from smem (sP / sdS), B from dO / Q.
+    // kReds: the dQ REDs spread over its (kBM / 16) * (kNT2 / 2) steps (red_step below).
+    float acc_dq[kMT3][kNT3][4];
+    float* dq_base = nullptr;
+    int dq_rows_left = 0;
+    auto red_step = [&](int step) {
 #pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk) {
-      uint32_t ap[kMT2][4], as[kMT2][4];
+      for (int mi = 0; mi < kMT3; ++mi)
 #pragma unroll
-      for (int a = 0; a < kMT2; ++a) {
-        if constexpr (Tile::kPInRegs) {
-          ap[a][0] = pack2<Element>(acc_s[a][2 * kk][0], acc_s[a][2 * kk][1]);
-          ap[a][1] = pack2<Element>(acc_s[a][2 * kk][2], acc_s[a][2 * kk][3]);
-          ap[a][2] = pack2<Element>(acc_s[a][2 * kk + 1][0], acc_s[a][2 * kk + 1][1]);
-          ap[a][3] = pack2<Element>(acc_s[a][2 * kk + 1][2], acc_s[a][2 * kk + 1][3]);
-          as[a][0] = pack2<Element>(acc_dp[a][2 * kk][0], acc_dp[a][2 * kk][1]);
-          as[a][1] = pack2<Element>(acc_dp[a][2 * kk][2], acc_dp[a][2 * kk][3]);
-          as[a][2] = pack2<Element>(acc_dp[a][2 * kk + 1][0], acc_dp[a][2 * kk + 1][1]);
-          as[a][3] = pack2<Element>(acc_dp[a][2 * kk + 1][2], acc_dp[a][2 * kk + 1][3]);
-        } else {
-          const int off = 2 * ix_dkv_a.at(a * 16, kk * 16);
-          ldmatrix_x4(ap[a], smem_u32(sP) + off);
-          ldmatrix_x4(as[a], smem_u32(sdS) + off);
-        }
-      }
+        for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int nd = 0; nd < kNT2 / 2; ++nd) {
-        const int off = 2 * ix_dkv_b.at(kk * 16, nd * 16);
-        uint32_t bdo[4], bq[4];
-        ldmatrix_x4_trans(bdo, smem_u32(sdOs) + off);
-        ldmatrix_x4_trans(bq, smem_u32(sQs) + off);
-        const uint32_t bdo0[2] = {bdo[0], bdo[1]}, bdo1[2] = {bdo[2], bdo[3]};
-        const uint32_t bq0[2] = {bq[0], bq[1]}, bq1[2] = {bq[2], bq[3]};
+          for (int ni = 0; ni < kNT3; ++ni) {
+            const int idx = (mi * 2 + half) * kNT3 + ni;
+            if (idx < step * kDqReds / kDkvSteps || idx >= (step + 1) * kDqReds / kDkvSteps)
+              continue;
+            const int dr = (2 * mi + half) * 8;
+            if (dr < dq_rows_left)
+              red_add_f32x2(dq_base + dr * dq_row_stride + ni * 8, acc_dq[mi][ni][half * 2],
+                            acc_dq[mi][ni][half * 2 + 1]);
+          }
+    };
+    auto gemm_dkv = [&](float (&acc)[kMT2][kNT2][4], const float (&a_reg)[kMT1][kNT1][4],
+                        const Element* sA, const Element* sB, bool with_reds) {
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk) {
+        uint32_t fa[kMT2][4];
 #pragma unroll
         for (int a = 0; a < kMT2; ++a) {
-          mma_16816<Element>(acc_dv[a][2 * nd], ap[a], bdo0);
-          mma_16816<Element>(acc_dv[a][2 * nd + 1], ap[a], bdo1);
-          mma_16816<Element>(acc_dk[a][2 * nd], as[a], bq0);
-          mma_16816<Element>(acc_dk[a][2 * nd + 1], as[a], bq1);
+          if constexpr (Tile::kPInRegs) {
+            fa[a][0] = pack2<Element>(a_reg[a][2 * kk][0], a_reg[a][2 * kk][1]);
+            fa[a][1] = pack2<Element>(a_reg[a][2 * kk][2], a_reg[a][2 * kk][3]);
+            fa[a][2] = pack2<Element>(a_reg[a][2 * kk + 1][0], a_reg[a][2 * kk + 1][1]);
+            fa[a][3] = pack2<Element>(a_reg[a][2 * kk + 1][2], a_reg[a][2 * kk + 1][3]);
+          } else {
+            ldmatrix_x4(fa[a], smem_u32(sA) + 2 * ix_dkv_a.at(a * 16, kk * 16));
+          }
+        }
+#pragma unroll
+        for (int nd = 0; nd < kNT2 / 2; ++nd) {
+          uint32_t fb[4];
+          ldmatrix_x4_trans(fb, smem_u32(sB) + 2 * ix_dkv_b.at(kk * 16, nd * 16));
+          const uint32_t fb0[2] = {fb[0], fb[1]}, fb1[2] = {fb[2], fb[3]};
+#pragma unroll
+          for (int a = 0; a < kMT2; ++a) {
+            mma_16816<Element>(acc[a][2 * nd], fa[a], fb0);
+            mma_16816<Element>(acc[a][2 * nd + 1], fa[a], fb1);
+          }
+          if (with_reds) red_step(kk * (kNT2 / 2) + nd);  // a constant once inlined
         }
       }
-    }
+    };
+    gemm_dkv(acc_dv, acc_s, sP, sdOs, false);
     if constexpr (Tile::kPInRegs) {
+      gemm_dkv(acc_dk, acc_dp, sdS, sQs, false);
       __syncthreads();  // dS^T rows of other warps
       release_pending();
     }
 
     // dQ (unscaled) = dS K: A from dS^T (trans), B from K (trans), k = the key rows.
-    float acc_dq[kMT3][kNT3][4];
 #pragma unroll
     for (int a = 0; a < kMT3; ++a)
 #pragma unroll
@@ -593,8 +610,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                                                args.n_blocks, descending));
       __syncthreads();
     }
-    red_acc<kMT3, kNT3>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
-                            wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
+    if constexpr (Tile::kPInRegs) {
+      red_acc<kMT3, kNT3>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
+                          wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
+    } else {
+      // dK's GEMM with the dQ REDs spread over its steps: a burst of REDs stalls the warps
+      // on the LSU queue (H200 Nsight Compute: LG throttle, then barrier waits).
+      const int dq_row = wm3 * Tile::kTileMdQ + lane / 4;
+      dq_rows_left = sq - m0 - dq_row;
+      dq_base = dq_acc + (int64_t(m0) + dq_row) * dq_row_stride + wd3 * Tile::kTileDdQ +
+                (lane % 4) * 2;
+      gemm_dkv(acc_dk, acc_dp, sdS, sQs, true);
+    }
     if (sem != nullptr) {
       if (defer_release) {
         pending = sem;
