@@ -1,6 +1,6 @@
 """CUDA-only extras (skipped without a GPU): larger shapes against a float32-upcast
 reference, deterministic mode bitwise over two runs, CUDA-graph capture + replay of
-forward + backward equal to eager."""
+forward + backward equal to eager, the tiles of GPUs with 99 KB of shared memory."""
 import pytest
 import torch
 
@@ -148,3 +148,52 @@ def test_cuda_graph_capture_replay(varlen):
     eager = step()
     for name, a, b in zip(("out", "dq", "dk", "dv"), graph_out, eager):
         assert torch.equal(a, b), f"{name}: graph replay differs from eager"
+
+
+# sm_86 / sm_89 allow 99 KB of shared memory per block: FLASHATTN_SMEM_LIMIT caps what the
+# kernels may use, so that the tiles chosen for those GPUs run (and are checked) here too.
+SMALL_SMEM = 99 * 1024
+
+
+@pytest.mark.parametrize("hd,heads,causal,det", [
+    ((32, 32), "gqa", True, False),
+    ((64, 64), "mha", False, True),
+    ((80, 96), "mqa", True, False),
+    ((128, 128), "gqa", False, True),
+    ((128, 128), "mha", True, False),
+    ((176, 192), "gqa", True, True),
+])
+def test_small_smem_tiles(monkeypatch, hd, heads, causal, det):
+    from test_attention import run_case
+
+    monkeypatch.setenv("FLASHATTN_SMEM_LIMIT", str(SMALL_SMEM))
+    c = dict(dtype="bf16", hd=hd, sl=(333, 290), causal=causal, window="none", softcap=0.0,
+             alibi="none", heads=heads, noncontig=False)
+    run_case("cuda", c, deterministic=det)
+
+
+def test_small_smem_d256(monkeypatch):
+    """d 256 under 99 KB: the forward runs its smaller tile; the backward has none yet and
+    says so (shared memory needed and allowed)."""
+    from reference import ref_and_lowp
+
+    dtype = torch.bfloat16
+    _skip(dtype, 256)
+    monkeypatch.setenv("FLASHATTN_SMEM_LIMIT", str(SMALL_SMEM))
+    q, k, v, dout = (torch.randn(2, n, 2, 256, device="cuda", dtype=dtype)
+                     for n in (200, 300, 300, 200))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    out, lse, _ = flashattn.flash_attn_func(qg, kg, vg, causal=True, return_attn_probs=True)
+    ref, low = ref_and_lowp(q, k, v, dout, causal=True)
+    assert_close("out", out, ref["out"], low["out"], dtype)
+    assert_close("lse", lse, ref["lse"], low["lse"], dtype)
+    with pytest.raises(RuntimeError, match="shared memory per block"):
+        torch.autograd.grad(out, (qg, kg, vg), dout)
+
+
+def test_smem_limit_must_be_a_number(monkeypatch):
+    _skip(torch.float16, 64)
+    monkeypatch.setenv("FLASHATTN_SMEM_LIMIT", "99K")
+    q = torch.randn(1, 64, 1, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="FLASHATTN_SMEM_LIMIT must be a positive"):
+        flashattn.flash_attn_func(q, q, q).sum().backward()  # the backward reads it

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -43,6 +44,22 @@ inline int current_device_attribute(cudaDeviceAttr attr) {
   int dev = 0, value = 0;
   FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
   FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  return value;
+}
+
+// Shared memory per block the kernels may opt in to: the device's, capped by the environment
+// variable FLASHATTN_SMEM_LIMIT (bytes) if set, so that the tiles of smaller GPUs (sm_86 /
+// sm_89: 99 KB) can be tested on larger ones. Read on every call (tests change it).
+inline int smem_optin_bytes() {
+  int value = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  if (const char* env = std::getenv("FLASHATTN_SMEM_LIMIT")) {
+    char* end = nullptr;
+    const long cap = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || cap <= 0)
+      throw std::runtime_error(std::string("flashattn: FLASHATTN_SMEM_LIMIT must be a positive "
+                                           "number of bytes, got '") + env + "'");
+    if (cap < value) value = static_cast<int>(cap);
+  }
   return value;
 }
 }  // namespace flashattn

@@ -81,6 +81,13 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
     args.rotate = n_blocks <= current_device_attribute(cudaDevAttrMultiProcessorCount);
   }
 
+  const int smem_optin = smem_optin_bytes();
+  if (!empty && smem_optin < Tile::kSmemBytes)  // d256 on sm_86 / sm_89 (99 KB): no tile yet
+    throw std::runtime_error("flashattn sm80 bwd: head dim " + std::to_string(kHeadDim) +
+                             " needs " + std::to_string(Tile::kSmemBytes) +
+                             " bytes of shared memory per block, this GPU allows " +
+                             std::to_string(smem_optin));
+
   // (1) D = rowsum(dO * O).
   if (!empty) {
     dim3 grid((p.seqlen_q + 31) / 32, p.nheads, p.batch);
@@ -91,12 +98,6 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
   if (!empty) {
     dim3 grid(n_blocks, p.nheads, p.batch);
     constexpr int kSmem = Tile::kSmemBytes;
-    const int smem_optin = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    if (smem_optin < kSmem)  // e.g. sm_86/89 (99 KiB): no smaller backward tile yet
-      throw std::runtime_error("flashattn sm80 bwd: head dim " + std::to_string(kHeadDim) +
-                               " needs " + std::to_string(kSmem) +
-                               " bytes of shared memory per block, this GPU allows " +
-                               std::to_string(smem_optin));
     auto launch = [&](auto kernel) {
       if (kSmem > 48 * 1024)
         FLASHATTN_CUDA_CHECK(
@@ -149,18 +150,23 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
 
 template <int kHeadDim, typename Element>
 void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
-  using Small = typename BwdTileFor<kHeadDim>::type;
+  using Default = typename BwdTileFor<kHeadDim>::type;
   using Large = typename BwdTileLargeSmem<kHeadDim>::type;
-  static_assert(Small::kBlockM >= bwd_block_m(kHeadDim) && Large::kBlockM >= bwd_block_m(kHeadDim) &&
-                    Small::kBlockN == bwd_block_n(kHeadDim) &&
-                    Large::kBlockN == bwd_block_n(kHeadDim),
+  using Small = typename BwdTileSmallSmem<kHeadDim>::type;
+  constexpr int kMinM = bwd_block_m(kHeadDim), kMinN = bwd_block_n(kHeadDim);
+  static_assert(Default::kBlockM >= kMinM && Large::kBlockM >= kMinM && Small::kBlockM >= kMinM &&
+                    Default::kBlockN >= kMinN && Large::kBlockN >= kMinN &&
+                    Small::kBlockN >= kMinN,
                 "the workspace is sized by bwd_block_m / bwd_block_n (tile_bwd_sm80.h)");
   const BwdWorkspaceLayout ws = bwd_workspace_layout(params, kHeadDim);
-  if constexpr (!std::is_same_v<Small, Large>) {
-    if (current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin) >= Large::kSmemBytes)
-      return run_bwd_tile<Large, Element>(params, stream, ws, true);
+  const int smem = smem_optin_bytes();
+  if constexpr (!std::is_same_v<Default, Large>) {
+    if (smem >= Large::kSmemBytes) return run_bwd_tile<Large, Element>(params, stream, ws, true);
   }
-  run_bwd_tile<Small, Element>(params, stream, ws, true);
+  if constexpr (!std::is_same_v<Default, Small>) {
+    if (smem < Default::kSmemBytes) return run_bwd_tile<Small, Element>(params, stream, ws, true);
+  }
+  run_bwd_tile<Default, Element>(params, stream, ws, true);
 }
 
 }  // namespace flashattn::sm80

@@ -76,7 +76,7 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
     throw std::runtime_error("flashattn sm80 fwd: nheads must be a multiple of nheads_k");
   if (p.seqlen_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
   if constexpr (SmallTraits::kSmemBytes < Traits::kSmemBytes) {
-    const int max_smem = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const int max_smem = smem_optin_bytes();
     if (max_smem < Traits::kSmemBytes) {
       if (max_smem < SmallTraits::kSmemBytes)
         throw std::runtime_error("flashattn sm80 fwd: the GPU's shared memory per block (" +

@@ -69,24 +69,52 @@ template <> struct BwdTileFor<128> { using type = BwdTile<128, 64, 128, 8, 4, 4,
 template <> struct BwdTileFor<192> { using type = BwdTile<192, 64, 64, 8, 4, 4, 2>; };
 template <> struct BwdTileFor<256> { using type = BwdTile<256, 32, 64, 8, 4, 4, 2>; };
 
-// A larger tile where the GPU's opt-in smem holds it (sm90), chosen at launch; same kBlockN.
+// A larger tile where the GPU's opt-in smem holds it (sm90), chosen at launch.
 // d256: 64 x 64 (209 KB) against the A100's 32 x 64: H200 bf16 +18-25% (N 512-8k, causal
 // too; `selftest_bwd --tiles256`, benchmarks/NOTES.md).
-template <int kHeadDim> struct BwdTileLargeSmem { using type = typename BwdTileFor<kHeadDim>::type; };
+template <int kHeadDim> struct BwdTileLargeSmem {
+  using type = typename BwdTileFor<kHeadDim>::type;
+};
 template <> struct BwdTileLargeSmem<256> { using type = BwdTile<256, 64, 64, 8, 4, 2, 2>; };
 
-// Block sizes by bucket, for the workspace sizing on the host: the smallest kBlockM of the
-// bucket's tiles (the per-query-block semaphores are sized by it) and their common kBlockN.
-constexpr int bwd_block_m(int bucket) {
-  return bucket == 32 ? BwdTileFor<32>::type::kBlockM : bucket == 64 ? BwdTileFor<64>::type::kBlockM
-       : bucket == 96 ? BwdTileFor<96>::type::kBlockM : bucket == 128 ? BwdTileFor<128>::type::kBlockM
-       : bucket == 192 ? BwdTileFor<192>::type::kBlockM : BwdTileFor<256>::type::kBlockM;
+// For GPUs whose opt-in smem is below BwdTileFor's (sm_86 / sm_89: 99 KB), chosen at launch.
+// Checked on the H200 by `selftest_bwd --tiles` (non-causal 8k TFLOP/s: d32 168, d64 233, d96
+// 172, d128 159, d192 146); the package path by tests/test_cuda.py under FLASHATTN_SMEM_LIMIT.
+// d256 has none (FA2 keeps V in registers there; ours spill): a named error on those GPUs.
+template <int kHeadDim> struct BwdTileSmallSmem {
+  using type = typename BwdTileFor<kHeadDim>::type;
+};
+// smem 66 / 97 / 89 / 73 / 77 KB:
+template <> struct BwdTileSmallSmem<32> { using type = BwdTile<32, 64, 128, 8, 4, 4, 4>; };
+template <> struct BwdTileSmallSmem<64> { using type = BwdTile<64, 64, 128, 8, 4, 4, 4>; };
+template <> struct BwdTileSmallSmem<96> { using type = BwdTile<96, 64, 64, 8, 4, 4, 4>; };
+template <> struct BwdTileSmallSmem<128> { using type = BwdTile<128, 32, 64, 8, 4, 4, 2>; };
+template <> struct BwdTileSmallSmem<192> { using type = BwdTile<192, 32, 32, 4, 2, 1, 2>; };
+static_assert(BwdTileSmallSmem<32>::type::kSmemBytes <= 99 * 1024 &&
+                  BwdTileSmallSmem<64>::type::kSmemBytes <= 99 * 1024 &&
+                  BwdTileSmallSmem<96>::type::kSmemBytes <= 99 * 1024 &&
+                  BwdTileSmallSmem<128>::type::kSmemBytes <= 99 * 1024 &&
+                  BwdTileSmallSmem<192>::type::kSmemBytes <= 99 * 1024,
+              "the small-smem tiles must fit sm_86 / sm_89's 99 KB per block");
+
+// Block sizes by bucket, for the workspace sizing on the host: the smallest kBlockM (n =
+// false) or kBlockN (n = true) over the bucket's tiles, so the semaphores fit any of them.
+template <int kHeadDim>
+constexpr int bwd_min_block(bool n) {
+  using A = typename BwdTileFor<kHeadDim>::type;
+  using L = typename BwdTileLargeSmem<kHeadDim>::type;
+  using S = typename BwdTileSmallSmem<kHeadDim>::type;
+  const int a = n ? A::kBlockN : A::kBlockM, l = n ? L::kBlockN : L::kBlockM;
+  const int s = n ? S::kBlockN : S::kBlockM, al = a < l ? a : l;
+  return al < s ? al : s;
 }
-constexpr int bwd_block_n(int bucket) {
-  return bucket == 32 ? BwdTileFor<32>::type::kBlockN : bucket == 64 ? BwdTileFor<64>::type::kBlockN
-       : bucket == 96 ? BwdTileFor<96>::type::kBlockN : bucket == 128 ? BwdTileFor<128>::type::kBlockN
-       : bucket == 192 ? BwdTileFor<192>::type::kBlockN : BwdTileFor<256>::type::kBlockN;
+constexpr int bwd_min_block(int bucket, bool n) {
+  return bucket == 32 ? bwd_min_block<32>(n) : bucket == 64 ? bwd_min_block<64>(n)
+       : bucket == 96 ? bwd_min_block<96>(n) : bucket == 128 ? bwd_min_block<128>(n)
+       : bucket == 192 ? bwd_min_block<192>(n) : bwd_min_block<256>(n);
 }
+constexpr int bwd_block_m(int bucket) { return bwd_min_block(bucket, false); }
+constexpr int bwd_block_n(int bucket) { return bwd_min_block(bucket, true); }
 
 // Workspace layout (offsets in elements, -1 = absent), shared by bwd_workspace() and the
 // launcher. fp32: dq_accum [total_q][nheads][bucket], then for GQA dk_accum and dv_accum
