@@ -6,6 +6,8 @@
 #   buildtime: the default all-arch build in a copy, timed, beside test + sanitize
 #   test     : the test suite on cuda + cpu
 #   sanitize : compute-sanitizer memcheck + racecheck over tools/sanitize_cases.py
+#   ptx80    : a copy built for sm_80 only (+ compute_80 PTX, JIT-compiled here), CUDA tests:
+#              the sm_80 code paths (A100, and what sm_86 / sm_89 run) on this GPU
 #   bench    : benchmarks/bench_attn.py -> $OUT/h200.json + h200.md
 # Extra arguments: ABI_ARGS (pytest, abi stage), TEST_ARGS (pytest, test stage; default
 # "-k cuda": the CPU cases already ran in the abi stage), BENCH_ARGS (the benchmark).
@@ -86,6 +88,23 @@ if [ -n "$bt_pid" ]; then
   n_obj=$(find /tmp/bt/build -name "*.o" 2>/dev/null | wc -l)
   note "buildtime: full default build (16 jobs, beside the test stages): $(cat /tmp/bt/done) ($n_obj objects)"
   grep -E "error" "$OUT/buildtime.log" | head -20
+fi
+
+if has ptx80; then
+  t0=$(date +%s)
+  rm -rf /tmp/p80 && mkdir -p /tmp/p80 &&
+    cp -r csrc flashattn tools tests setup.py pyproject.toml README.md /tmp/p80/ 2>/dev/null
+  rm -f /tmp/p80/flashattn/_C*.so /tmp/p80/flashattn/_build_config.py
+  ( cd /tmp/p80 && export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" MAX_JOBS=16 \
+      TORCH_CUDA_ARCH_LIST=8.0 && $PY setup.py build_ext --inplace > "$OUT/ptx80_build.log" 2>&1 )
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    ( cd /tmp/p80 && export CUDA_CACHE_MAXSIZE=4294967296 && PYTHONPATH=/tmp/p80 $PY -m pytest -q -p no:cacheprovider tests $XDIST \
+        -k "${PTX80_ARGS:-cuda}" > "$OUT/ptx80_tests.log" 2>&1 )
+    rc=$?
+    grep -E "^(FAILED|ERROR)" "$OUT/ptx80_tests.log" | head -20
+  fi
+  note "ptx80: rc=$rc: $(tail -n 1 "$OUT/ptx80_tests.log" 2>/dev/null) ($(( $(date +%s) - t0 )) s)"
 fi
 
 if has bench; then

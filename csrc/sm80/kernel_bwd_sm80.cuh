@@ -24,6 +24,14 @@ namespace bwd_detail {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// sm_90 code spreads the dQ REDs over the dK GEMM (bwd_main_kernel). The sm_80 code (A100,
+// and what sm_86 / sm_89 run) keeps them in one burst: spread, it spilled (d192 28 -> 216 B).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kSpreadDqReds = false;
+#else
+constexpr bool kSpreadDqReds = true;
+#endif
+
 // Query-block range [first, second) of key block n: the union over its keys of the
 // visible query rows (a band, so contiguous). Empty ranges are pinned to 0 (keys left of
 // every query's window) or m_blocks (right of it) so that `second` stays non-decreasing in
@@ -237,6 +245,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kMT1 = Tile::kTileNSdP / 16, kNT1 = Tile::kTileMSdP / 8;
   constexpr int kMT2 = Tile::kTileNdKV / 16, kNT2 = Tile::kTileDdKV / 8;
   constexpr int kMT3 = Tile::kTileMdQ / 16, kNT3 = Tile::kTileDdQ / 8;
+  // dQ REDs spread over the dK GEMM: smem path (dK after the dQ GEMM) on sm_90 code only.
+  constexpr bool kSpread = kSpreadDqReds && !Tile::kPInRegs;
   // Steps of the dK GEMM (2 * kMT2 MMAs each) and dQ REDs per thread (see red_step).
   constexpr int kDkvSteps = (kBM / 16) * (kNT2 / 2), kDqReds = kMT3 * 2 * kNT3;
   static_assert(!Tile::kPInRegs || (kMT1 == kMT2 && kNT1 * 8 == kBM),
@@ -567,8 +577,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     };
     gemm_dkv(acc_dv, acc_s, sP, sdOs, false);
+    if constexpr (!kSpread) gemm_dkv(acc_dk, acc_dp, sdS, sQs, false);
     if constexpr (Tile::kPInRegs) {
-      gemm_dkv(acc_dk, acc_dp, sdS, sQs, false);
       __syncthreads();  // dS^T rows of other warps
       release_pending();
     }
@@ -610,7 +620,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                                                args.n_blocks, descending));
       __syncthreads();
     }
-    if constexpr (Tile::kPInRegs) {
+    if constexpr (!kSpread) {
       red_acc<kMT3, kNT3>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
                           wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
     } else {

@@ -75,14 +75,17 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0)
     throw std::runtime_error("flashattn sm80 fwd: nheads must be a multiple of nheads_k");
   if (p.seqlen_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
-  if constexpr (SmallTraits::kSmemBytes < Traits::kSmemBytes) {
-    const int max_smem = smem_optin_bytes();
-    if (max_smem < Traits::kSmemBytes) {
-      if (max_smem < SmallTraits::kSmemBytes)
-        throw std::runtime_error("flashattn sm80 fwd: the GPU's shared memory per block (" +
-                                 std::to_string(max_smem) + " bytes) is too small");
-      return launch_fwd_variants<SmallTraits>(p, stream);
-    }
+  // The smaller tile where the GPU's (or FLASHATTN_SMEM_LIMIT's) smem is below the primary's.
+  constexpr bool kHasSmall = SmallTraits::kSmemBytes < Traits::kSmemBytes;
+  constexpr int kNeed = kHasSmall ? SmallTraits::kSmemBytes : Traits::kSmemBytes;
+  const int max_smem = smem_optin_bytes();
+  if (max_smem < kNeed)
+    throw std::runtime_error("flashattn sm80 fwd: head dim " + std::to_string(kHeadDim) +
+                             " needs " + std::to_string(kNeed) +
+                             " bytes of shared memory per block, this GPU allows " +
+                             std::to_string(max_smem));
+  if constexpr (kHasSmall) {
+    if (max_smem < Traits::kSmemBytes) return launch_fwd_variants<SmallTraits>(p, stream);
   }
   launch_fwd_variants<Traits>(p, stream);
 }
