@@ -3,9 +3,17 @@
 # (default ab_base, from `git archive <rev> csrc tools | tar -x -C ab_base`, rev >= c2979e1
 # for the self-test's --one), each built with its own self-test, d64 and d128 only
 # (-DSELFTEST_ONLY_64_128), binaries run alternately on the same cells. Carry ab_base.
-# TREES="ab_base ab_x ..." compares more trees (each with csrc/ and tools/, carried too).
+# TREES="ab_base ab_x ..." compares more trees (each with csrc/ and tools/, carried too);
+# PATCHES="tools/variants/x.patch ..." adds one tree per patch (the working tree, patched).
+# Without ab_base and TREES, only the working tree and the patched copies run.
 set -uo pipefail
 TREES="${TREES:-${AB_BASE:-ab_base}}"
+[ -d "$TREES" ] || [ "$TREES" != ab_base ] || TREES=""
+for pf in ${PATCHES:-}; do
+  t=/tmp/abp_$(basename "$pf" .patch); rm -rf "$t"; mkdir -p "$t"; cp -r csrc tools "$t"/
+  ( cd "$t" && git apply "$OLDPWD/$pf" ) || { echo "patch $pf does not apply"; exit 1; }
+  TREES="$TREES $t"
+done
 B=/tmp/ab; mkdir -p $B
 A="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -DSELFTEST_ONLY_64_128"
 t0=$(date +%s)
