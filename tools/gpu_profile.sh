@@ -75,6 +75,12 @@ if [ "${NCU:-0}" = 1 ]; then
       $B/selftest_bwd --one $1 $2 $3 0 >> "$f" 2>&1
     ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 3 --launch-count 1 $OPC \
       python3 tools/sdpa_bwd_one.py $1 $2 $3 >> "$f" 2>&1
+    # Stall samples per SASS instruction (ours only): where the warps wait.
+    ncu --clock-control none -k regex:bwd_main_kernel --launch-skip 4 --launch-count 1 \
+      --section SourceCounters --section WarpStateStats -f -o /tmp/src_d$1 \
+      $B/selftest_bwd --one $1 $2 $3 0 > /dev/null 2>&1 &&
+      ncu -i /tmp/src_d$1.ncu-rep --page source --csv --print-source sass > /tmp/src_d$1.csv 2>&1
+    python3 tools/ncu_source_top.py /tmp/src_d$1.csv >> "$f" 2>&1
     echo "== ncu d$1 N$2 causal$3 done"
   done
 fi
