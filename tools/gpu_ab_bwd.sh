@@ -28,7 +28,9 @@ done
 wait
 for v in $names; do nvcc $A $B/$v/st.o $B/$v/h64.o $B/$v/h128.o -o $B/$v/selftest || exit 1; done
 echo "== compiled in $(( $(date +%s) - t0 )) s"
-for v in $names; do echo "$v: $($B/$v/selftest | grep -E "FAIL|failed")"; done
+for v in $names; do  # correctness: FAIL lines and the summary (or the error) last
+  echo "$v: $($B/$v/selftest 2>&1 | grep -E "FAIL|failed|error" | tail -n 5)"
+done
 CELLS="${CELLS:-64,2048,0 64,2048,1 64,8192,0 64,8192,1 128,2048,0 128,2048,1 128,8192,0 128,8192,1 64,4096,1,1 128,4096,1,1}"
 for cell in $CELLS; do
   set -- ${cell//,/ }
