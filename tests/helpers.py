@@ -11,6 +11,15 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 HDIMS = [(d, d) for d in (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)] + [(192, 128)]
 SEQLENS = [(1, 1), (113, 203), (239, 1), (1, 239), (799, 3), (128, 128)]
 HEADS = {"mha": (4, 4), "gqa": (6, 2), "mqa": (3, 1)}
+# flash-attn 2.x's public functions (the drop-in surface the tests hold us to).
+PUBLIC = [
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+]
 
 
 def dtypes_for(device):

@@ -6,17 +6,9 @@ import pytest
 import torch
 
 import flashattn
-from helpers import DEVICES, assert_close, check_results, rand, skip_if_no_kernel
+from helpers import DEVICES, PUBLIC, assert_close, check_results, rand, skip_if_no_kernel
 from reference import ref_and_lowp, ref_and_lowp_varlen
 
-PUBLIC = [
-    "flash_attn_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_varlen_qkvpacked_func",
-]
 _OPTS = ["dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
          "deterministic", "return_attn_probs"]
 # flash-attn 2.8: argument names, order, defaults.

@@ -10,16 +10,7 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import flashattn
-from helpers import DEVICES, kernel_skip_reason, rand
-
-PUBLIC = [
-    "flash_attn_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_varlen_qkvpacked_func",
-]
+from helpers import DEVICES, PUBLIC, kernel_skip_reason, rand
 
 
 def _dtype(device):

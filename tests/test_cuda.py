@@ -16,6 +16,17 @@ def _skip(dtype, d, dv=None, backward=True):
         pytest.skip(r)
 
 
+def _assert_bitwise_twice(f, q, k, v, dout):
+    """f(q, k, v) -> out, run twice with its gradients: out, dq, dk, dv bitwise equal."""
+    runs = []
+    for _ in range(2):
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        out = f(qg, kg, vg)
+        runs.append((out,) + torch.autograd.grad(out, (qg, kg, vg), dout))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *runs):
+        assert torch.equal(a, b), f"{name} differs between two deterministic runs"
+
+
 def _ref_chunked(q, k, v, dout, causal, compute_dtype):
     """Reference per (batch, head) with autograd, to keep the materialised scores small:
     out and dq/dk/dv in compute_dtype (float32 upcast for the reference, q.dtype for the
@@ -92,13 +103,7 @@ def test_deterministic_bitwise_large(varlen, d):
     k = torch.randn(shape_k, device="cuda", dtype=dtype)
     v = torch.randn(shape_k, device="cuda", dtype=dtype)
     dout = torch.randn(shape_q, device="cuda", dtype=dtype)
-    runs = []
-    for _ in range(2):
-        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-        out = f(qg, kg, vg)
-        runs.append((out,) + torch.autograd.grad(out, (qg, kg, vg), dout))
-    for name, a, b in zip(("out", "dq", "dk", "dv"), *runs):
-        assert torch.equal(a, b), f"{name} differs between two deterministic runs"
+    _assert_bitwise_twice(f, q, k, v, dout)
 
 
 @pytest.mark.parametrize("varlen", [False, True])
@@ -178,13 +183,9 @@ def test_small_smem_tiles(monkeypatch, hd, heads, causal, det):
         k = torch.randn(2, 290, Hk, hd[0], device="cuda", dtype=torch.bfloat16)
         v = torch.randn(2, 290, Hk, hd[1], device="cuda", dtype=torch.bfloat16)
         dout = torch.randn(2, 333, H, hd[1], device="cuda", dtype=torch.bfloat16)
-        runs = []
-        for _ in range(2):
-            qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-            out = flashattn.flash_attn_func(qg, kg, vg, causal=causal, deterministic=True)
-            runs.append((out,) + torch.autograd.grad(out, (qg, kg, vg), dout))
-        for name, a, b in zip(("out", "dq", "dk", "dv"), *runs):
-            assert torch.equal(a, b), f"{name} differs between two deterministic runs"
+        _assert_bitwise_twice(
+            lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=True),
+            q, k, v, dout)
 
 
 def test_small_smem_d256(monkeypatch):
