@@ -11,6 +11,7 @@ flashattn/_build_config.py's BUILD_CONFIG):
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,18 @@ def write_build_config(config):
     (ROOT / "flashattn" / "_build_config.py").write_text("\n".join(lines) + "\n")
 
 
+def shared_libstdcxx():
+    """The libstdc++.so that torch runs with, linked in by path: a compiler that links libstdc++
+    statically (seen: a g++ wrapper on the H200 machine) would otherwise give the extension its
+    own C++ runtime, and an error thrown across into torch then crashes the process."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/libstdc++.so" in line}
+    except OSError:
+        return []
+    return sorted(paths)[:1]
+
+
 def make_extension():
     import torch
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
@@ -148,13 +161,27 @@ def make_extension():
     cxx = ["-O3", "-std=c++17", "-fvisibility=hidden",
            f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"] + defines
     kwargs = dict(name="flashattn._C", sources=sources, py_limited_api=True,
-                  include_dirs=[str(ROOT / "csrc")])
+                  include_dirs=[str(ROOT / "csrc")], extra_link_args=shared_libstdcxx())
     if cuda:
         nvcc = NVCC_FLAGS + defines
         ext = CUDAExtension(extra_compile_args={"cxx": cxx, "nvcc": nvcc + nvcc_flags}, **kwargs)
         ext.flashattn_separate = [(family, cu, nvcc + flags) for family, cu, flags in separate]
         return ext
     return CppExtension(extra_compile_args={"cxx": cxx}, **kwargs)
+
+
+def check_cxx_runtime(path):
+    """Fails the build if the extension carries its own static C++ runtime (see
+    shared_libstdcxx): better an error now than a crash at the first bad-input error."""
+    if not sys.platform.startswith("linux") or shutil.which("readelf") is None:
+        return
+    dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True).stdout
+    if "libstdc++" not in dynamic:
+        raise RuntimeError(
+            f"flashattn: {path} does not load libstdc++.so (the compiler, CXX="
+            f"{os.environ.get('CXX', 'default')}, linked the C++ runtime statically); C++ "
+            "errors raised into torch would crash. Build with a g++ that links it dynamically, "
+            "e.g. CXX=/usr/bin/g++.")
 
 
 def build_ext_cls():
@@ -171,6 +198,8 @@ def build_ext_cls():
                 for family, sources, flags in getattr(ext, "flashattn_separate", []):
                     ext.extra_objects += self.compile_family(family, sources, flags)
             super().build_extensions()
+            for ext in self.extensions:
+                check_cxx_runtime(self.get_ext_fullpath(ext.name))
 
         def compile_family(self, family, sources, flags):
             out_dir = Path(self.build_temp).resolve() / family
