@@ -247,8 +247,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kMT3 = Tile::kTileMdQ / 16, kNT3 = Tile::kTileDdQ / 8;
   // dQ REDs spread over the dK GEMM: smem path (dK after the dQ GEMM) on sm_90 code only.
   constexpr bool kSpread = kSpreadDqReds && !Tile::kPInRegs;
-  // Steps of the dK GEMM (2 * kMT2 MMAs each) and dQ REDs per thread (see red_step).
+  // d128: the dQ GEMM first, its REDs spread over the dV and dK GEMMs (H200 A/B: +1-2%;
+  // d64 lost 1-2%, so there only dK's GEMM carries them, after dV's and dQ's).
+  constexpr bool kDqFirst = kSpread && kD == 128;
+  // Steps of the dV / dK GEMMs (2 * kMT2 MMAs each) and dQ REDs per thread (see red_step).
   constexpr int kDkvSteps = (kBM / 16) * (kNT2 / 2), kDqReds = kMT3 * 2 * kNT3;
+  constexpr int kRedSteps = kDqFirst ? 2 * kDkvSteps : kDkvSteps;
   static_assert(!Tile::kPInRegs || (kMT1 == kMT2 && kNT1 * 8 == kBM),
                 "registers path: the SdP and dKV warp tiles cover the same key rows");
 
@@ -454,6 +458,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         const int ml0 = wm1 * Tile::kTileMSdP + c * 8 + (lane % 4) * 2;
         const float2 lse2 = *reinterpret_cast<const float2*>(sLs + ml0);
         const float2 dsum2 = *reinterpret_cast<const float2*>(sDs + ml0);
+        // Visible keys [kb, ke) of this lane's two query rows (empty past sq): one range test
+        // per element, no branches (visible()'s early returns compiled to one per element).
+        int kb[2] = {0, 0}, ke[2] = {0, 0};
+        if constexpr (decltype(kMasked)::value) {
+#pragma unroll
+          for (int par = 0; par < 2; ++par) {
+            const int i = m0 + ml0 + par, ci = i + shift;  // key_begin / key_end, as selects
+            const int lo = mi.window_left >= 0 ? ci - mi.window_left : 0;
+            const int hi = mi.window_right >= 0 ? ci + mi.window_right + 1 : sk;
+            kb[par] = max(lo, 0);
+            ke[par] = i < sq ? min(hi, sk) : 0;
+          }
+        }
 #pragma unroll
         for (int a = 0; a < kMT1; ++a)
 #pragma unroll
@@ -471,7 +488,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
               const int i = m0 + ml0 + (e & 1), j = n0 + nl;
               const int dist = i + shift - j;
               x -= slope_log2 * static_cast<float>(dist < 0 ? -dist : dist);
-              if (i >= sq || !mi.visible(i, j)) x = -INFINITY;
+              x = (j >= kb[e & 1] && j < ke[e & 1]) ? x : -INFINITY;
             }
             const float pv = fast_exp2(x - ((e & 1) ? lse2.y : lse2.x));
             acc_s[a][c][e] = pv;
@@ -538,7 +555,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
           for (int ni = 0; ni < kNT3; ++ni) {
             const int idx = (mi * 2 + half) * kNT3 + ni;
-            if (idx < step * kDqReds / kDkvSteps || idx >= (step + 1) * kDqReds / kDkvSteps)
+            if (idx < step * kDqReds / kRedSteps || idx >= (step + 1) * kDqReds / kRedSteps)
               continue;
             const int dr = (2 * mi + half) * 8;
             if (dr < dq_rows_left)
@@ -547,7 +564,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           }
     };
     auto gemm_dkv = [&](float (&acc)[kMT2][kNT2][4], const float (&a_reg)[kMT1][kNT1][4],
-                        const Element* sA, const Element* sB, bool with_reds) {
+                        const Element* sA, const Element* sB, bool with_reds, int step0) {
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk) {
         uint32_t fa[kMT2][4];
@@ -572,12 +589,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             mma_16816<Element>(acc[a][2 * nd], fa[a], fb0);
             mma_16816<Element>(acc[a][2 * nd + 1], fa[a], fb1);
           }
-          if (with_reds) red_step(kk * (kNT2 / 2) + nd);  // a constant once inlined
+          if (with_reds) red_step(step0 + kk * (kNT2 / 2) + nd);  // a constant once inlined
         }
       }
     };
-    gemm_dkv(acc_dv, acc_s, sP, sdOs, false);
-    if constexpr (!kSpread) gemm_dkv(acc_dk, acc_dp, sdS, sQs, false);
+    if constexpr (!kDqFirst) gemm_dkv(acc_dv, acc_s, sP, sdOs, false, 0);
+    if constexpr (!kSpread) gemm_dkv(acc_dk, acc_dp, sdS, sQs, false, 0);
     if constexpr (Tile::kPInRegs) {
       __syncthreads();  // dS^T rows of other warps
       release_pending();
@@ -624,13 +641,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       red_acc<kMT3, kNT3>(acc_dq, dq_acc + int64_t(m0) * dq_row_stride, dq_row_stride,
                           wm3 * Tile::kTileMdQ, wd3 * Tile::kTileDdQ, sq - m0, 1.f, lane);
     } else {
-      // dK's GEMM with the dQ REDs spread over its steps: a burst of REDs stalls the warps
-      // on the LSU queue (H200 Nsight Compute: LG throttle, then barrier waits).
+      // dK's GEMM (and dV's, kDqFirst) with the dQ REDs spread over its steps: a burst of REDs
+      // stalls the warps on the LSU queue (H200 Nsight Compute: LG throttle, barrier waits).
       const int dq_row = wm3 * Tile::kTileMdQ + lane / 4;
       dq_rows_left = sq - m0 - dq_row;
       dq_base = dq_acc + (int64_t(m0) + dq_row) * dq_row_stride + wd3 * Tile::kTileDdQ +
                 (lane % 4) * 2;
-      gemm_dkv(acc_dk, acc_dp, sdS, sQs, true);
+      if constexpr (kDqFirst) gemm_dkv(acc_dv, acc_s, sP, sdOs, true, 0);
+      gemm_dkv(acc_dk, acc_dp, sdS, sQs, true, kDqFirst ? kDkvSteps : 0);
     }
     if (sem != nullptr) {
       if (defer_release) {
