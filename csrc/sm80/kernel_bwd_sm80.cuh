@@ -14,6 +14,7 @@
 #include "../common/mask.h"
 #include "../common/params.h"
 #include "../common/seqlen.h"
+#include "bwd_order_sm80.h"
 #include "kernel_bwd_aux_sm80.cuh"
 #include "primitives_bwd_sm80.cuh"
 #include "tile_bwd_sm80.h"
@@ -32,39 +33,9 @@ constexpr bool kSpreadDqReds = false;
 constexpr bool kSpreadDqReds = true;
 #endif
 
-// Query-block range [first, second) of key block n: the union over its keys of the
-// visible query rows (a band, so contiguous). Empty ranges are pinned to 0 (keys left of
-// every query's window) or m_blocks (right of it) so that `second` stays non-decreasing in
-// n: the deterministic mode's ordering (first contributor of a query block) relies on it.
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int2 m_range(const MaskInfo& mi, int n, int m_blocks) {
-  const int j0 = n * kBlockN;
-  const int j1 = min(j0 + kBlockN, mi.seqlen_k) - 1;
-  if (j0 >= mi.seqlen_k) return make_int2(m_blocks, m_blocks);
-  const int qb = mi.query_begin(j0), qe = mi.query_end(j1);
-  if (qb >= qe) {
-    const int v = qb == 0 ? 0 : m_blocks;
-    return make_int2(v, v);
-  }
-  return make_int2(qb / kBlockM, (qe + kBlockM - 1) / kBlockM);
-}
-
-// Rank of key block n among the key blocks that add into query block m, in the fixed
-// deterministic order. They are a contiguous range [lo, hi] (m_range's ends are monotone),
-// found by binary search. Ascending order, except with a right-bounded window (causal),
-// where key block n reaches query block m about (n_hi - n) * kBlockN / kBlockM steps after
-// n_hi does: descending order there means nobody waits for a CTA that is behind it.
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int contributor_rank(const MaskInfo& mi, int n, int m, int m_blocks,
-                                                int n_blocks, bool descending) {
-  int lo = 0, hi = n_blocks;  // first index whose range end (or start) passes m
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    const int2 r = m_range<kBlockM, kBlockN>(mi, mid, m_blocks);
-    if ((descending ? r.x : r.y) > m) hi = mid; else lo = mid + 1;
-  }
-  return descending ? (lo - 1) - n : n - lo;
-}
+using bwd_order::contributor_rank;
+using bwd_order::m_range;
+using bwd_order::rotated_rank;
 
 // How kThreads threads cover a kRows x kCols tile in 16-byte chunks: kUniform when each pass
 // covers whole rows (a multiple of 8, so the swizzle is the same on every pass).
@@ -166,20 +137,6 @@ __device__ __forceinline__ void load_tile_full(Element* smem, const Element* gme
       cp_async_16(smem_u32(smem + swz<kCols>(r, col)), gmem + r * row_stride + col);
     }
   }
-}
-
-// Rank of key block n at query block m when every key block visits all M query blocks
-// rotated (n visits m at step (m - n) mod M): the CTAs that reached m at an earlier step,
-// then those at the same step with a lower n (n' = n mod M when n_blocks > M).
-__device__ __forceinline__ int rotated_rank(int n, int m, int M, int n_blocks) {
-  const int t = ((m - n) % M + M) % M;
-  const int q = n_blocks / M, r0 = n_blocks % M;
-  int low = 0;  // residues (m - u) mod M, u in [0, t), that are < r0
-  if (t > 0) {
-    const int start = ((m - t + 1) % M + M) % M, end = start + t;
-    low = max(0, min(end, r0) - start) + max(0, min(end, M + r0) - max(start, M));
-  }
-  return t * q + low + n / M;
 }
 
 // Stores a warp's fp32 accumulator tile (rows x cols, C-fragment layout) as Element rows.
@@ -293,8 +250,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int hk = h / args.group;
   const MaskInfo mi{sq, sk, p.window_left, p.window_right};
   const int m_blocks = (sq + kBM - 1) / kBM;
-  const int2 mr = m_range<kBM, kBN>(mi, n_block, m_blocks);
-  const int m_begin = mr.x, m_end = mr.y;
+  const bwd_order::BlockRange mr = m_range<kBM, kBN>(mi, n_block, m_blocks);
+  const int m_begin = mr.first, m_end = mr.second;
   // Visiting order: m_begin, m_begin + 1, ... or, without a window (every key block sees
   // every query block), rotated to start at n_block: CTAs of one head then add into
   // different dQ rows at any time instead of all into the same ones.
