@@ -34,6 +34,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--causal", nargs="+", type=int, default=[0, 1], choices=[0, 1])
     parser.add_argument("--dtype", default="bf16", choices=sorted(bench.DTYPES))
     parser.add_argument("--impls", nargs="+", help="keep only these implementations")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="also time our backward with deterministic=True (flashattn_det)")
     parser.add_argument("--tokens", type=int, default=16384, help="B * N of every cell")
     parser.add_argument("--hidden", type=int, default=2048, help="H * d of every cell")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -174,7 +176,7 @@ def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
     dtype = bench.DTYPES[args.dtype]
-    impls = bench.implementations(device, args.impls)
+    impls = bench.implementations(device, args.impls, args.deterministic)
     result = {"header": header(device, args), "rows": []}
     print(f"flashattn vs SDPA on {result['header']['gpu'] or 'cpu'}, {args.dtype}, "
           f"torch {torch.__version__}, commit {result['header']['commit'][:12]}")

@@ -3,7 +3,8 @@
   python benchmarks/make_table.py benchmarks/results/h200.json > benchmarks/results/h200.md
 
 Per mode a table of the cells: TFLOP/s per implementation, our speed-up over the reference
-peer (sdpa_flash) and over the best peer of the cell; then a summary of those speed-ups
+peer (sdpa_flash) and over the best peer of the cell (and, with flashattn_det, our
+deterministic backward's speed over our default one); then a summary of those ratios
 (median and min) over the cells with d in {64, 128} and N >= 2048, and over all cells.
 Needs only the JSON (no torch, no flashattn build).
 """
@@ -13,6 +14,7 @@ import json
 import statistics
 
 OURS = "flashattn"
+OURS_DET = "flashattn_det"  # ours with deterministic=True (bench_attn.py --deterministic)
 REFERENCE = "sdpa_flash"
 
 
@@ -20,6 +22,12 @@ def implementations(rows: list) -> list:
     """Every implementation named in the rows (a name with a _ms_median key), in order."""
     return list(dict.fromkeys(key.removesuffix("_ms_median") for row in rows for key in row
                               if key.endswith("_ms_median")))
+
+
+def det_ratio(row: dict):
+    """Our deterministic speed over our default speed (None where either is missing)."""
+    det, default = row.get(OURS_DET), row.get(OURS)
+    return det / default if det and default else None
 
 
 def speedups(row: dict, peers: list, reference: str) -> tuple:
@@ -38,21 +46,24 @@ def fmt(value, spec: str = ".4g") -> str:
 
 
 def cell_table(rows: list, names: list, reference: str) -> list:
-    peers = [name for name in names if name != OURS]
+    peers = [name for name in names if name not in (OURS, OURS_DET)]
+    det = OURS_DET in names and any(row.get(OURS_DET) for row in rows)
     lines = ["| d | causal | N | B | H | path | " + " | ".join(names)
-             + f" | ×{reference} | ×best | best peer |",
-             "|" + "---:|" * 5 + ":---|" + "---:|" * (len(names) + 2) + ":---|"]
+             + f" | ×{reference} | ×best | best peer |" + (" det ÷ default |" if det else ""),
+             "|" + "---:|" * 5 + ":---|" + "---:|" * (len(names) + 2) + ":---|"
+             + ("---:|" if det else "")]
     for row in sorted(rows, key=lambda r: (r["d"], r["causal"], r["N"])):
         over_ref, over_best, best = speedups(row, peers, reference)
         cells = [row["d"], "yes" if row["causal"] else "no", row["N"], row["B"], row["H"],
                  row.get("path") or "—"] + [fmt(row.get(name)) for name in names] + \
-                [fmt(over_ref, ".2f"), fmt(over_best, ".2f"), best or "—"]
+                [fmt(over_ref, ".2f"), fmt(over_best, ".2f"), best or "—"] + \
+                ([fmt(det_ratio(row), ".2f")] if det else [])
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
 
 
 def summary_table(rows: list, names: list, reference: str) -> list:
-    peers = [name for name in names if name != OURS]
+    peers = [name for name in names if name not in (OURS, OURS_DET)]
     subsets = (("d ∈ {64, 128}, N ≥ 2048", lambda r: r["d"] in (64, 128) and r["N"] >= 2048),
                ("whole grid", lambda r: True))
     lines = [f"| mode | subset | cells (ours missing) | median ×{reference} | min ×{reference} "
@@ -68,6 +79,19 @@ def summary_table(rows: list, names: list, reference: str) -> list:
             lines.append(f"| {mode} | {label} | {len(ratios)} ({missing}) | "
                          + " | ".join(fmt(s, ".2f") for s in stats) + " |")
     return lines
+
+
+def det_summary(rows: list) -> list:
+    """Deterministic over default backward speed: median, min and the cells below 0.8."""
+    ratios = [(det_ratio(r), r) for r in rows if r["mode"] == "bwd" and det_ratio(r)]
+    if not ratios:
+        return []
+    values = [ratio for ratio, _ in ratios]
+    low = [f"d {r['d']}{' causal' if r['causal'] else ''} N {r['N']} ({ratio:.2f})"
+           for ratio, r in sorted(ratios, key=lambda x: x[0]) if ratio < 0.8]
+    return [f"Deterministic backward over the default, {len(values)} cells: median "
+            f"{statistics.median(values):.2f}, min {min(values):.2f}; below 0.8: "
+            + (", ".join(low) if low else "none") + "."]
 
 
 def memory_table(rows: list) -> list:
@@ -91,11 +115,12 @@ def markdown(result: dict, reference: str) -> str:
     head, rows = result["header"], result["rows"]
     names = implementations(rows)
     if reference not in names:
-        reference = next((name for name in names if name != OURS), reference)
+        reference = next((name for name in names if name not in (OURS, OURS_DET)), reference)
     dirty = " (+ uncommitted changes)" if head.get("dirty") else ""
     out = [f"# flashattn vs SDPA on {head.get('gpu') or head.get('device')}", "",
            f"torch {head['torch']}, CUDA {head['cuda']}, cuDNN {head['cudnn']}, "
-           f"{head['date']}, commit {head['commit'][:12]}{dirty}.", ""]
+           f"{head['date']}, commit {head['commit'][:12]}{dirty}"
+           + (f" ({head['commit_note']})" if head.get("commit_note") else "") + ".", ""]
     if rows:
         out += ["TFLOP/s (fwd 4·B·H·N²·d, halved when causal; bwd 2.5× fwd) of the median "
                 "time; "
@@ -109,6 +134,8 @@ def markdown(result: dict, reference: str) -> str:
     if rows:
         out += ["## Summary", ""] + summary_table(rows, names, reference)
         out += ["", spread_note(rows, names), ""]
+        det = det_summary(rows)
+        out += det + [""] if det else []
     if result.get("memory"):
         out += ["## Peak extra memory of fwd+bwd (MiB), B=1, H=16, d=128", ""]
         out += memory_table(result["memory"]) + [""]

@@ -22,6 +22,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashattn
 
 OURS = "flashattn"
+OURS_DET = "flashattn_det"  # ours with deterministic=True (backward cells only)
+OURS_ALL = (OURS, OURS_DET)  # our implementations: never peers
 # The SDPA peers, each forced to one backend: (name, backend).
 SDPA_PEERS = (
     ("sdpa_flash", SDPBackend.FLASH_ATTENTION),
@@ -103,6 +105,7 @@ class Impl:
     fn: Callable
     heads_first: bool  # SDPA wants contiguous (B, H, N, d); ours takes (B, N, H, d)
     context: Callable[[], ContextManager] = contextlib.nullcontext
+    modes: tuple = ("fwd", "bwd")  # the cell modes it is timed on
 
 
 def _sdpa(q, k, v, causal):
@@ -113,10 +116,18 @@ def _ours(q, k, v, causal):
     return flashattn.flash_attn_func(q, k, v, causal=causal)
 
 
-def implementations(device: torch.device, names: Optional[list] = None) -> list:
+def _ours_det(q, k, v, causal):
+    return flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=True)
+
+
+def implementations(device: torch.device, names: Optional[list] = None,
+                    deterministic: bool = False) -> list:
     """Ours and the SDPA peers: on a GPU each SDPA backend forced, on the CPU torch's
-    default CPU SDPA (named "sdpa"). `names` keeps only those named."""
+    default CPU SDPA (named "sdpa"). deterministic: also ours with deterministic=True on the
+    backward cells. `names` keeps only those named."""
     impls = [Impl(OURS, _ours, heads_first=False)]
+    if deterministic:
+        impls.append(Impl(OURS_DET, _ours_det, heads_first=False, modes=("bwd",)))
     if device.type == "cuda":
         impls += [Impl(name, _sdpa, True, lambda b=backend: sdpa_kernel(b))
                   for name, backend in SDPA_PEERS]
@@ -194,7 +205,9 @@ def attempt(impl: Impl, cell: Cell, fn: Callable):
 
 def measure(impl: Impl, cell: Cell, device: torch.device, timing: Timing) -> Optional[list]:
     """Per-call times in ms of `impl` on `cell` (None if it rejects the cell), rotating
-    among enough input sets to hold more than twice the L2."""
+    among enough input sets to hold more than twice the L2. None for a mode it skips."""
+    if cell.mode not in impl.modes:
+        return None
     def run():
         call, nbytes = _make_call(impl, cell, device)
         n_sets = min(max(math.ceil(2 * l2_bytes(device) / nbytes), 1), 16)
@@ -235,6 +248,12 @@ def speedup(row: dict, peer: str) -> Optional[float]:
     return ours / theirs if ours and theirs else None
 
 
+def det_ratio(row: dict) -> Optional[float]:
+    """Our deterministic speed over our default speed; None where either is missing."""
+    det, default = row.get(OURS_DET), row.get(OURS)
+    return det / default if det and default else None
+
+
 def best_peer(row: dict, peers: list) -> Optional[str]:
     """The fastest peer that ran the cell."""
     ran = [peer for peer in peers if row.get(peer)]
@@ -247,10 +266,13 @@ class TablePrinter:
 
     def __init__(self, names: list, unit: str = "TFLOP/s"):
         self.names, self.unit = names, unit
-        self.peers = [name for name in names if name != OURS]
+        self.peers = [name for name in names if name not in OURS_ALL]
+        self.det = OURS_DET in names
         ratios = [f"x_{peer.removeprefix('sdpa_')}" for peer in self.peers]
         if len(self.peers) > 1:
             ratios.append("x_best")
+        if self.det:
+            ratios.append("det/def")
         self.columns = ["mode", "d", "causal", "N", "B", "H", "path"] + names + ratios
         self.widths = [4, 3, 6, 5, 3, 3, 14] + [max(len(n), 10) for n in names] + [8] * len(ratios)
 
@@ -270,6 +292,8 @@ class TablePrinter:
         if len(self.peers) > 1:
             best = best_peer(row, self.peers)
             ratios.append(speedup(row, best) if best else None)
+        if self.det:
+            ratios.append(det_ratio(row))
         cells = [row["mode"], row["d"], int(row["causal"]), row["N"], row["B"], row["H"],
                  (row["path"] or "-")[:14]]
         return self._line(cells + values + [num(r, ".3f") for r in ratios])
