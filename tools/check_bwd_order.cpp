@@ -135,7 +135,14 @@ void check_shape(int sq, int sk, int wl, int wr) {
   }
   // Paired order (right bound only): CTA p owns block nb-1-p (ascending), then p (descending).
   if (wl < 0 && right_bounded) {
-    const PairedOrder o{nb, m_blocks};
+    const auto o = PairedOrder<kBM, kBN>::make(mi, m_blocks);
+    CHECK(o.nb == nb, "%s: PairedOrder nb\n", what);
+    for (int x = 0; x < nb; ++x) CHECK(o.mb(x) == mb(x), "%s: PairedOrder::mb(%d)\n", what, x);
+    for (int c = -2; c <= m_blocks + 1; ++c) {
+      int first = 0;
+      while (first < nb && mb(first) <= c) ++first;
+      CHECK(o.first_above(c) == first, "%s: first_above(%d)\n", what, c);
+    }
     std::vector<Cta> ctas;
     for (int p = 0; p < o.pairs(); ++p) {
       Cta c;
@@ -150,9 +157,9 @@ void check_shape(int sq, int sk, int wl, int wr) {
     for (size_t i = 0; i < ctas.size(); ++i)
       for (size_t k = 0; k < ctas[i].size(); ++k) {
         const Visit& v = ctas[i][k];
-        CHECK(paired_time(o, v.n, v.m, mb) == v.t, "%s: paired_time n %d m %d\n", what, v.n, v.m);
-        CHECK(paired_rank(o, v.n, v.m, mb) == want[i][k], "%s: paired_rank n %d m %d: %d, want %d\n",
-              what, v.n, v.m, paired_rank(o, v.n, v.m, mb), want[i][k]);
+        CHECK(o.time(v.n, v.m) == v.t, "%s: PairedOrder::time n %d m %d\n", what, v.n, v.m);
+        CHECK(o.rank(v.n, v.m) == want[i][k], "%s: PairedOrder::rank n %d m %d: %d, want %d\n",
+              what, v.n, v.m, o.rank(v.n, v.m), want[i][k]);
       }
     CHECK(runs_to_end(ctas, want, m_blocks, o.pairs()), "%s: paired deadlocks\n", what);
   }

@@ -43,16 +43,6 @@ FLASHATTN_HOST_DEVICE BlockRange m_range(const MaskInfo& mi, int n, int m_blocks
   return {qb / kBlockM, (qe + kBlockM - 1) / kBlockM};
 }
 
-// Smallest x in [lo, hi) with pred(x) (pred false then true over the range); hi if none.
-template <typename Pred>
-FLASHATTN_HOST_DEVICE int first_true(int lo, int hi, Pred pred) {
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (pred(mid)) hi = mid; else lo = mid + 1;
-  }
-  return lo;
-}
-
 // Rank of key block n among the key blocks that add into query block m, each CTA owning one
 // key block. They are a contiguous range [lo, hi] (m_range's ends are monotone). Ascending
 // order, except with a right-bounded window (causal), where key block n reaches query block
@@ -89,33 +79,54 @@ FLASHATTN_HOST_DEVICE int rotated_rank(int n, int m, int M, int n_blocks) {
 // and then block p (phase B, descending) unless p = a, so every CTA does about the same work
 // and the longest CTAs need not come last. A block's step at m happens at time t (steps
 // since its CTA started); contributors add in (t, n) order, which no CTA ever runs against.
+template <int kBlockM, int kBlockN>
 struct PairedOrder {
-  int nb, m_blocks;
+  int nb, m_blocks, seqlen_q;
+  int s;  // seqlen_k - seqlen_q + window_right: key j's first query row is j - s (clamped)
+
+  FLASHATTN_HOST_DEVICE static PairedOrder make(const MaskInfo& mi, int m_blocks) {
+    return {(mi.seqlen_k + kBlockN - 1) / kBlockN, m_blocks, mi.seqlen_q,
+            mi.shift() + mi.window_right};
+  }
   FLASHATTN_HOST_DEVICE int pairs() const { return (nb + 1) / 2; }
-  FLASHATTN_HOST_DEVICE int first_b() const { return nb - pairs(); }  // phase-B blocks: [0, first_b)
+  FLASHATTN_HOST_DEVICE int first_b() const { return nb - pairs(); }  // phase B: [0, first_b)
+  // m_range(x).first for x < nb without a left bound: the first visible query row's block,
+  // m_blocks when no query row sees the block.
+  FLASHATTN_HOST_DEVICE int mb(int x) const {
+    const int qb = imin(imax(x * kBlockN - s, 0), seqlen_q);
+    return qb >= seqlen_q ? m_blocks : qb / kBlockM;
+  }
+  // The first key block x in [0, nb) with mb(x) > c (nb if none), in closed form: mb grows
+  // with x, and for 0 <= c < m_blocks, mb(x) > c iff x * kBlockN - s >= min(sq, (c+1) kBM).
+  FLASHATTN_HOST_DEVICE int first_above(int c) const {
+    if (c < 0) return 0;
+    if (c >= m_blocks) return nb;
+    const int need = imin(seqlen_q, (c + 1) * kBlockM) + s;  // x * kBlockN >= need
+    const int x = need <= 0 ? 0 : (need + kBlockN - 1) / kBlockN;
+    return imin(x, nb);
+  }
+  // Time of key block n's step at query block m.
+  FLASHATTN_HOST_DEVICE int time(int n, int m) const {
+    if (n >= first_b()) return m - mb(n);
+    return 2 * m_blocks - 1 - m - mb(nb - 1 - n);  // after block nb-1-n's m_blocks - mb steps
+  }
+  // Rank of key block n at query block m: the contributors (key blocks [0, first_above(m)))
+  // with an earlier time, or the same time and a lower n.
+  FLASHATTN_HOST_DEVICE int rank(int n, int m) const {
+    const int t = time(n, m);
+    const int hi1 = first_above(m);
+    auto clamp = [](int x, int lo, int hi) { return imin(imax(x, lo), hi); };
+    // Phase A, n' in [a0, hi1): time m - mb(n') falls as n' grows.
+    const int a0 = imin(first_b(), hi1);
+    const int s1 = clamp(first_above(m - t), a0, hi1);      // time < t from here on
+    const int s2 = clamp(first_above(m - t - 1), a0, hi1);  // time <= t from here on
+    // Phase B, n' in [0, a0): time 2 M - 1 - m - mb(nb - 1 - n') grows with n';
+    // mb(nb - 1 - n') <= c iff n' >= nb - first_above(c).
+    const int c = 2 * m_blocks - 1 - m - t;
+    const int e1 = clamp(nb - first_above(c), 0, a0);      // time < t below here
+    const int e2 = clamp(nb - first_above(c - 1), 0, a0);  // time <= t below here
+    return (hi1 - s1) + imax(0, imin(s1, n) - s2) + e1 + imax(0, imin(e2, n) - e1);
+  }
 };
-
-// Time of key block n's step at query block m; mb(x) = m_range(x).first.
-template <typename Mb>
-FLASHATTN_HOST_DEVICE int paired_time(const PairedOrder& o, int n, int m, Mb mb) {
-  if (n >= o.first_b()) return m - mb(n);
-  return 2 * o.m_blocks - 1 - m - mb(o.nb - 1 - n);  // after block nb-1-n: m_blocks - mb steps
-}
-
-template <typename Mb>
-FLASHATTN_HOST_DEVICE int paired_rank(const PairedOrder& o, int n, int m, Mb mb) {
-  const int t = paired_time(o, n, m, mb);
-  const int hi1 = first_true(0, o.nb, [&](int x) { return mb(x) > m; });  // contributors [0, hi1)
-  // Phase A, n' in [first_b, hi1): time m - mb(n') falls as n' grows.
-  const int a0 = imin(o.first_b(), hi1);
-  const int s1 = first_true(a0, hi1, [&](int x) { return mb(x) > m - t; });   // time < t
-  const int s2 = first_true(a0, hi1, [&](int x) { return mb(x) >= m - t; });  // time <= t
-  // Phase B, n' in [0, b1): time 2 M - 1 - m - mb(nb - 1 - n') grows with n'.
-  const int b1 = a0;
-  const int c = 2 * o.m_blocks - 1 - m - t;
-  const int e1 = first_true(0, b1, [&](int x) { return mb(o.nb - 1 - x) <= c; });  // time < t
-  const int e2 = first_true(0, b1, [&](int x) { return mb(o.nb - 1 - x) < c; });   // time <= t
-  return (hi1 - s1) + imax(0, imin(s1, n) - s2) + e1 + imax(0, imin(e2, n) - e1);
-}
 
 }  // namespace flashattn::sm80::bwd_order
