@@ -4,14 +4,18 @@
 # for the self-test's --one), each built with its own self-test, d64 and d128 only
 # (-DSELFTEST_ONLY_64_128), binaries run alternately on the same cells. Carry ab_base.
 # TREES="ab_base ab_x ..." compares more trees (each with csrc/ and tools/, carried too);
-# PATCHES="tools/variants/x.patch ..." adds one tree per patch (the working tree, patched).
+# PATCHES="tools/variants/x.patch ..." adds one tree per patch (the working tree, patched);
+# "x.patch+y.patch" is one tree with both.
 # Without ab_base and TREES, only the working tree and the patched copies run.
 set -uo pipefail
 TREES="${TREES:-${AB_BASE:-ab_base}}"
 [ -d "$TREES" ] || [ "$TREES" != ab_base ] || TREES=""
-for pf in ${PATCHES:-}; do
-  t=/tmp/abp_$(basename "$pf" .patch); rm -rf "$t"; mkdir -p "$t"; cp -r csrc tools "$t"/
-  ( cd "$t" && git apply "$OLDPWD/$pf" ) || { echo "patch $pf does not apply"; exit 1; }
+for pf in ${PATCHES:-}; do  # "a.patch+b.patch": one tree with both applied
+  name=""; for one in ${pf//+/ }; do name="$name${name:++}$(basename "$one" .patch)"; done
+  t=/tmp/abp_$name; rm -rf "$t"; mkdir -p "$t"; cp -r csrc tools "$t"/
+  for one in ${pf//+/ }; do
+    ( cd "$t" && git apply "$OLDPWD/$one" ) || { echo "patch $one does not apply"; exit 1; }
+  done
   TREES="$TREES $t"
 done
 B=/tmp/ab; mkdir -p $B
