@@ -36,3 +36,17 @@ def test_no_cpp_torch_symbols_imported():
     # It does use the stable C shim.
     assert any(s.startswith(("aoti_torch_", "torch_")) for s in syms)
 
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="readelf (binutils) not installed")
+def test_cxx_runtime_is_shared():
+    """The extension loads the shared libstdc++ (torch's) and defines no C++ runtime of its
+    own: with a static copy, an error thrown into torch crashed the process (setup.py)."""
+    dynamic = subprocess.run(["readelf", "-d", _so()], capture_output=True, text=True,
+                             check=True).stdout
+    assert "libstdc++.so" in dynamic, dynamic
+    defined = subprocess.run(["nm", "-D", "--defined-only", _so()], capture_output=True,
+                             text=True, check=True).stdout if shutil.which("nm") else ""
+    own = [line.split()[-1] for line in defined.splitlines()
+           if line.split() and line.split()[-1] in ("__cxa_throw", "__cxa_begin_catch")]
+    assert not own, f"the extension defines {own}"
