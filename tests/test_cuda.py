@@ -27,6 +27,19 @@ def _assert_bitwise_twice(f, q, k, v, dout):
         assert torch.equal(a, b), f"{name} differs between two deterministic runs"
 
 
+def _assert_bitwise_case(hd, sl, heads, **kw):
+    """_assert_bitwise_twice on fresh bf16 inputs (batch 2, seqlens sl = (sq, sk), head dims
+    hd = (d, dv)) through flash_attn_func(..., deterministic=True, **kw)."""
+    H, Hk = HEADS[heads]
+    q = torch.randn(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(2, sl[1], Hk, hd[1], device="cuda", dtype=torch.bfloat16)
+    dout = torch.randn(2, sl[0], H, hd[1], device="cuda", dtype=torch.bfloat16)
+    _assert_bitwise_twice(
+        lambda q, k, v: flashattn.flash_attn_func(q, k, v, deterministic=True, **kw),
+        q, k, v, dout)
+
+
 def _ref_chunked(q, k, v, dout, causal, compute_dtype):
     """Reference per (batch, head) with autograd, to keep the materialised scores small:
     out and dq/dk/dv in compute_dtype (float32 upcast for the reference, q.dtype for the
@@ -123,16 +136,7 @@ def test_deterministic_ordered_matches_reference(hd, sl, causal, window, heads):
     c = dict(dtype="bf16", hd=hd, sl=sl, causal=causal, window=window, softcap=0.0,
              alibi="none", heads=heads, noncontig=False)
     run_case("cuda", c, deterministic=True)
-    H, Hk = HEADS[heads]
-    q = torch.randn(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(2, sl[1], Hk, hd[1], device="cuda", dtype=torch.bfloat16)
-    dout = torch.randn(2, sl[0], H, hd[1], device="cuda", dtype=torch.bfloat16)
-    ws = window_for(window, *sl)
-    _assert_bitwise_twice(
-        lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, window_size=ws,
-                                                  deterministic=True),
-        q, k, v, dout)
+    _assert_bitwise_case(hd, sl, heads, causal=causal, window_size=window_for(window, *sl))
 
 
 @pytest.mark.parametrize("varlen", [False, True])
@@ -207,14 +211,7 @@ def test_small_smem_tiles(monkeypatch, hd, heads, causal, det):
              alibi="none", heads=heads, noncontig=False)
     run_case("cuda", c, deterministic=det)
     if det:
-        H, Hk = HEADS[heads]
-        q = torch.randn(2, 333, H, hd[0], device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(2, 290, Hk, hd[0], device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(2, 290, Hk, hd[1], device="cuda", dtype=torch.bfloat16)
-        dout = torch.randn(2, 333, H, hd[1], device="cuda", dtype=torch.bfloat16)
-        _assert_bitwise_twice(
-            lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=True),
-            q, k, v, dout)
+        _assert_bitwise_case(hd, (333, 290), heads, causal=causal)
 
 
 def test_small_smem_d256(monkeypatch):
