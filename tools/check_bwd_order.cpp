@@ -133,35 +133,16 @@ void check_shape(int sq, int sk, int wl, int wr) {
               "%s: rotated_rank\n", what);
     CHECK(runs_to_end(ctas, want, m_blocks, nb), "%s: rotated deadlocks\n", what);
   }
-  // Paired order (right bound only): CTA p owns block nb-1-p (ascending), then p (descending).
+  // Right bound only: the closed forms contributor_rank uses.
   if (wl < 0 && right_bounded) {
-    const auto o = PairedOrder<kBM, kBN>::make(mi, m_blocks);
-    CHECK(o.nb == nb, "%s: PairedOrder nb\n", what);
-    for (int x = 0; x < nb; ++x) CHECK(o.mb(x) == mb(x), "%s: PairedOrder::mb(%d)\n", what, x);
+    const auto o = RightBounded<kBM, kBN>::make(mi, m_blocks);
+    CHECK(o.nb == nb, "%s: RightBounded nb\n", what);
+    for (int x = 0; x < nb; ++x) CHECK(o.mb(x) == mb(x), "%s: RightBounded::mb(%d)\n", what, x);
     for (int c = -2; c <= m_blocks + 1; ++c) {
       int first = 0;
       while (first < nb && mb(first) <= c) ++first;
       CHECK(o.first_above(c) == first, "%s: first_above(%d)\n", what, c);
     }
-    std::vector<Cta> ctas;
-    for (int p = 0; p < o.pairs(); ++p) {
-      Cta c;
-      int t = 0;
-      const int a = nb - 1 - p;
-      for (int m = range(a).first; m < range(a).second; ++m) c.push_back({a, m, t++});
-      if (a != p)
-        for (int m = range(p).second - 1; m >= range(p).first; --m) c.push_back({p, m, t++});
-      ctas.push_back(c);
-    }
-    auto want = ranks_by(ctas, m_blocks, [&](const Visit& v) { return std::make_pair(v.t, v.n); });
-    for (size_t i = 0; i < ctas.size(); ++i)
-      for (size_t k = 0; k < ctas[i].size(); ++k) {
-        const Visit& v = ctas[i][k];
-        CHECK(o.time(v.n, v.m) == v.t, "%s: PairedOrder::time n %d m %d\n", what, v.n, v.m);
-        CHECK(o.rank(v.n, v.m) == want[i][k], "%s: PairedOrder::rank n %d m %d: %d, want %d\n",
-              what, v.n, v.m, o.rank(v.n, v.m), want[i][k]);
-      }
-    CHECK(runs_to_end(ctas, want, m_blocks, o.pairs()), "%s: paired deadlocks\n", what);
   }
 }
 

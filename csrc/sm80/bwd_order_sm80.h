@@ -43,6 +43,35 @@ FLASHATTN_HOST_DEVICE BlockRange m_range(const MaskInfo& mi, int n, int m_blocks
   return {qb / kBlockM, (qe + kBlockM - 1) / kBlockM};
 }
 
+// Key blocks against query blocks without a left bound (right-bounded window, causal): key
+// block x's first visible query block grows with x, so the key blocks that reach query block
+// c are [0, first_above(c)).
+template <int kBlockM, int kBlockN>
+struct RightBounded {
+  int nb, m_blocks, seqlen_q;
+  int s;  // seqlen_k - seqlen_q + window_right: key j's first query row is j - s (clamped)
+
+  FLASHATTN_HOST_DEVICE static RightBounded make(const MaskInfo& mi, int m_blocks) {
+    return {(mi.seqlen_k + kBlockN - 1) / kBlockN, m_blocks, mi.seqlen_q,
+            mi.shift() + mi.window_right};
+  }
+  // m_range(x).first for x < nb: the first visible query row's block, m_blocks when no
+  // query row sees the block.
+  FLASHATTN_HOST_DEVICE int mb(int x) const {
+    const int qb = imin(imax(x * kBlockN - s, 0), seqlen_q);
+    return qb >= seqlen_q ? m_blocks : qb / kBlockM;
+  }
+  // The first key block x in [0, nb) with mb(x) > c (nb if none), in closed form: for
+  // 0 <= c < m_blocks, mb(x) > c iff x * kBlockN - s >= min(sq, (c+1) kBM).
+  FLASHATTN_HOST_DEVICE int first_above(int c) const {
+    if (c < 0) return 0;
+    if (c >= m_blocks) return nb;
+    const int need = imin(seqlen_q, (c + 1) * kBlockM) + s;  // x * kBlockN >= need
+    const int x = need <= 0 ? 0 : (need + kBlockN - 1) / kBlockN;
+    return imin(x, nb);
+  }
+};
+
 // Rank of key block n among the key blocks that add into query block m, each CTA owning one
 // key block. They are a contiguous range [lo, hi] (m_range's ends are monotone). Ascending
 // order, except with a right-bounded window (causal), where key block n reaches query block
@@ -51,6 +80,8 @@ FLASHATTN_HOST_DEVICE BlockRange m_range(const MaskInfo& mi, int n, int m_blocks
 template <int kBlockM, int kBlockN>
 FLASHATTN_HOST_DEVICE int contributor_rank(const MaskInfo& mi, int n, int m, int m_blocks,
                                            int n_blocks, bool descending) {
+  if (descending && mi.window_left < 0)  // closed form: the last contributor is first_above - 1
+    return RightBounded<kBlockM, kBlockN>::make(mi, m_blocks).first_above(m) - 1 - n;
   int lo = 0, hi = n_blocks;  // first index whose range end (or start) passes m
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
@@ -73,60 +104,5 @@ FLASHATTN_HOST_DEVICE int rotated_rank(int n, int m, int M, int n_blocks) {
   }
   return t * q + low + n / M;
 }
-
-// Paired order (deterministic, right-bounded window only, kBlockN = 2 kBlockM): CTA p of a
-// sequence with nb key blocks owns block a = nb - 1 - p (phase A, query blocks ascending)
-// and then block p (phase B, descending) unless p = a, so every CTA does about the same work
-// and the longest CTAs need not come last. A block's step at m happens at time t (steps
-// since its CTA started); contributors add in (t, n) order, which no CTA ever runs against.
-template <int kBlockM, int kBlockN>
-struct PairedOrder {
-  int nb, m_blocks, seqlen_q;
-  int s;  // seqlen_k - seqlen_q + window_right: key j's first query row is j - s (clamped)
-
-  FLASHATTN_HOST_DEVICE static PairedOrder make(const MaskInfo& mi, int m_blocks) {
-    return {(mi.seqlen_k + kBlockN - 1) / kBlockN, m_blocks, mi.seqlen_q,
-            mi.shift() + mi.window_right};
-  }
-  FLASHATTN_HOST_DEVICE int pairs() const { return (nb + 1) / 2; }
-  FLASHATTN_HOST_DEVICE int first_b() const { return nb - pairs(); }  // phase B: [0, first_b)
-  // m_range(x).first for x < nb without a left bound: the first visible query row's block,
-  // m_blocks when no query row sees the block.
-  FLASHATTN_HOST_DEVICE int mb(int x) const {
-    const int qb = imin(imax(x * kBlockN - s, 0), seqlen_q);
-    return qb >= seqlen_q ? m_blocks : qb / kBlockM;
-  }
-  // The first key block x in [0, nb) with mb(x) > c (nb if none), in closed form: mb grows
-  // with x, and for 0 <= c < m_blocks, mb(x) > c iff x * kBlockN - s >= min(sq, (c+1) kBM).
-  FLASHATTN_HOST_DEVICE int first_above(int c) const {
-    if (c < 0) return 0;
-    if (c >= m_blocks) return nb;
-    const int need = imin(seqlen_q, (c + 1) * kBlockM) + s;  // x * kBlockN >= need
-    const int x = need <= 0 ? 0 : (need + kBlockN - 1) / kBlockN;
-    return imin(x, nb);
-  }
-  // Time of key block n's step at query block m.
-  FLASHATTN_HOST_DEVICE int time(int n, int m) const {
-    if (n >= first_b()) return m - mb(n);
-    return 2 * m_blocks - 1 - m - mb(nb - 1 - n);  // after block nb-1-n's m_blocks - mb steps
-  }
-  // Rank of key block n at query block m: the contributors (key blocks [0, first_above(m)))
-  // with an earlier time, or the same time and a lower n.
-  FLASHATTN_HOST_DEVICE int rank(int n, int m) const {
-    const int t = time(n, m);
-    const int hi1 = first_above(m);
-    auto clamp = [](int x, int lo, int hi) { return imin(imax(x, lo), hi); };
-    // Phase A, n' in [a0, hi1): time m - mb(n') falls as n' grows.
-    const int a0 = imin(first_b(), hi1);
-    const int s1 = clamp(first_above(m - t), a0, hi1);      // time < t from here on
-    const int s2 = clamp(first_above(m - t - 1), a0, hi1);  // time <= t from here on
-    // Phase B, n' in [0, a0): time 2 M - 1 - m - mb(nb - 1 - n') grows with n';
-    // mb(nb - 1 - n') <= c iff n' >= nb - first_above(c).
-    const int c = 2 * m_blocks - 1 - m - t;
-    const int e1 = clamp(nb - first_above(c), 0, a0);      // time < t below here
-    const int e2 = clamp(nb - first_above(c - 1), 0, a0);  // time <= t below here
-    return (hi1 - s1) + imax(0, imin(s1, n) - s2) + e1 + imax(0, imin(e2, n) - e1);
-  }
-};
 
 }  // namespace flashattn::sm80::bwd_order
