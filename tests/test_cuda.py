@@ -72,7 +72,8 @@ def _ref_chunked(q, k, v, dout, causal, compute_dtype):
 @pytest.mark.parametrize("N,B,H,Hk,d,causal,dtype", [
     (8192, 1, 2, 1, 128, True, torch.bfloat16),
     (4096, 4, 2, 2, 64, False, torch.float16),
-    (2048, 4, 4, 2, 256, True, torch.bfloat16),
+    (2048, 4, 4, 2, 256, True, torch.bfloat16),  # forward: 64 x 64 tile (<= 2k keys)
+    (2304, 2, 4, 2, 256, True, torch.bfloat16),  # forward: 128 x 64 tile
     (8192, 1, 1, 1, 96, False, torch.float16),
     (1500, 2, 16, 4, 64, True, torch.float16),  # forward: causal heavy-first over 384 CTAs
 ])
@@ -137,6 +138,32 @@ def test_deterministic_ordered_matches_reference(hd, sl, causal, window, heads):
              alibi="none", heads=heads, noncontig=False)
     run_case("cuda", c, deterministic=True)
     _assert_bitwise_case(hd, sl, heads, causal=causal, window_size=window_for(window, *sl))
+
+
+@pytest.mark.parametrize("hd,sl,heads,chunk", [
+    ((128, 128), (1000, 900), "gqa", 3),
+    ((64, 64), (700, 1300), "mha", 2),
+    ((256, 256), (300, 500), "mqa", 1),
+])
+def test_deterministic_rotation_chunks_match_reference(hd, sl, heads, chunk, monkeypatch):
+    """deterministic=True without a window, with more key blocks per head than the rotation
+    chunk (the SM count; here FLASHATTN_BWD_DET_CHUNK): chunk after chunk, each rotated.
+    Against the reference, then bitwise over two runs."""
+    from test_attention import run_case
+
+    monkeypatch.setenv("FLASHATTN_BWD_DET_CHUNK", str(chunk))
+    c = dict(dtype="bf16", hd=hd, sl=sl, causal=False, window="none", softcap=0.0,
+             alibi="none", heads=heads, noncontig=False)
+    run_case("cuda", c, deterministic=True)
+    _assert_bitwise_case(hd, sl, heads)
+
+
+def test_deterministic_chunk_env_rejects_garbage(monkeypatch):
+    monkeypatch.setenv("FLASHATTN_BWD_DET_CHUNK", "0")
+    q = torch.randn(1, 300, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = flashattn.flash_attn_func(q, q, q, deterministic=True)
+    with pytest.raises(RuntimeError, match="FLASHATTN_BWD_DET_CHUNK must be a positive"):
+        out.sum().backward()
 
 
 @pytest.mark.parametrize("varlen", [False, True])

@@ -2,7 +2,8 @@
 # A/B timing of the sm80 backward: the working tree against an older tree in $AB_BASE
 # (default ab_base, from `git archive <rev> csrc tools | tar -x -C ab_base`, rev >= c2979e1
 # for the self-test's --one), each built with its own self-test, d64 and d128 only
-# (-DSELFTEST_ONLY_64_128), binaries run alternately on the same cells. Carry ab_base.
+# (-DSELFTEST_ONLY_64_128) unless ALL_DIMS=1, binaries run alternately on the same cells.
+# Carry ab_base.
 # TREES="ab_base ab_x ..." compares more trees (each with csrc/ and tools/, carried too);
 # PATCHES="tools/variants/x.patch ..." adds one tree per patch (the working tree, patched);
 # "x.patch+y.patch" is one tree with both.
@@ -19,18 +20,23 @@ for pf in ${PATCHES:-}; do  # "a.patch+b.patch": one tree with both applied
   TREES="$TREES $t"
 done
 B=/tmp/ab; mkdir -p $B
-A="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -DSELFTEST_ONLY_64_128"
+# ALL_DIMS=1: every head-dim bucket in each tree (cells with d 32 / 96 / 192 / 256; slower).
+DIMS="64 128"; A="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -DSELFTEST_ONLY_64_128"
+if [ "${ALL_DIMS:-0}" = 1 ]; then DIMS="32 64 96 128 192 256"; A="${A% -D*}"; fi
 t0=$(date +%s)
 names="new"; for t in $TREES; do names="$names $(basename $t)"; done
 for v in $names; do
   src=csrc; st=tools/selftest_bwd_sm80.cu
   for t in $TREES; do [ "$(basename $t)" = $v ] && src=$t/csrc && st=$t/tools/selftest_bwd_sm80.cu; done
   mkdir -p $B/$v
-  for d in 64 128; do nvcc $A -I $src -c $src/instantiations/bwd_sm80_hdim${d}_bf16.cu -o $B/$v/h$d.o & done
+  for d in $DIMS; do nvcc $A -I $src -c $src/instantiations/bwd_sm80_hdim${d}_bf16.cu -o $B/$v/h$d.o & done
   nvcc $A -I $src -c $st -o $B/$v/st.o &
 done
 wait
-for v in $names; do nvcc $A $B/$v/st.o $B/$v/h64.o $B/$v/h128.o -o $B/$v/selftest || exit 1; done
+for v in $names; do
+  objs=""; for d in $DIMS; do objs="$objs $B/$v/h$d.o"; done
+  nvcc $A $B/$v/st.o $objs -o $B/$v/selftest || exit 1
+done
 echo "== compiled in $(( $(date +%s) - t0 )) s"
 for v in $names; do  # correctness: FAIL lines and the summary (or the error) last
   echo "$v: $($B/$v/selftest 2>&1 | grep -E "FAIL|failed|error" | tail -n 5)"

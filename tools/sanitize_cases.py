@@ -46,10 +46,16 @@ run_padded(1, 200, 300, 2, 1, 59, 59, fp16, softcap=20.0,  # odd head dim + scor
            alibi_slopes=torch.rand(2, device=dev))
 run_padded(1, 200, 300, 4, 2, 256, 256, bf16, causal=True, deterministic=True)
 run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 64, bf16, causal=True)
+run_padded(1, 130, 2100, 2, 1, 256, 256, bf16, causal=True)  # d256 forward's 128 x 64 tile
 run_varlen([1, 250], [260, 0], 2, 1, 128, fp16)
 # Deterministic causal at d128's default tile (four key blocks; varlen with a short one).
 run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True, deterministic=True)
 run_varlen([300, 1], [420, 130], 4, 2, 128, bf16, causal=True, deterministic=True)
+# Deterministic without a window in rotation chunks of 2 key blocks (several chunks).
+os.environ["FLASHATTN_BWD_DET_CHUNK"] = "2"
+run_padded(1, 300, 700, 4, 2, 128, 128, bf16, deterministic=True)
+run_varlen([300, 1, 200], [700, 130, 420], 4, 2, 64, bf16, deterministic=True)
+del os.environ["FLASHATTN_BWD_DET_CHUNK"]
 # The tiles of GPUs with 99 KB of shared memory per block (sm_86 / sm_89), picked by the cap.
 os.environ["FLASHATTN_SMEM_LIMIT"] = str(99 * 1024)
 for d in (32, 64, 96, 128, 192):

@@ -60,6 +60,7 @@ struct Case {
   float softcap = 0.f;
   bool alibi = false;
   bool deterministic = false;
+  int det_chunk = 0;  // > 0: FLASHATTN_BWD_DET_CHUNK (rotation chunks of that many key blocks)
 };
 
 static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
@@ -294,6 +295,8 @@ static bool run_case(const Case& c, std::mt19937& rng) {
   p.softcap = c.softcap; p.window_left = c.wl; p.window_right = c.wr;
   if (c.alibi) { p.alibi_slopes = dev(slopes); p.alibi_batch_stride = H; }
   p.deterministic = c.deterministic;
+  if (c.det_chunk > 0) setenv("FLASHATTN_BWD_DET_CHUNK", std::to_string(c.det_chunk).c_str(), 1);
+  else unsetenv("FLASHATTN_BWD_DET_CHUNK");
 
   DevRun r = launch(p, t.q.size(), t.k.size(), t.v.size());
   int bad = 0;
@@ -315,7 +318,7 @@ static bool run_case(const Case& c, std::mt19937& rng) {
 
 // Median time of the backward (all kernels) over `iters` runs, in ms.
 static void bench(int d, int N, bool causal, bool deterministic) {
-  const int B = 16384 / N, H = 2048 / d;
+  const int B = std::max(1, 16384 / N), H = 2048 / d;
   const size_t nq = size_t(B) * N * H * d;
   std::vector<bf16> hx(nq);
   std::mt19937 rng(1);
@@ -414,6 +417,10 @@ static std::vector<Case> selftest_cases() {
        0.f, false, true},
       {"det varlen mqa d64", 2, 4, 1, 64, 64, {257, 130}, {300, 129}, true, -1, 0, 0.f, false,
        true},
+      {"det d128 1000/900 chunks of 3", 1, 2, 2, 128, 128, {1000}, {900}, false, -1, -1, 0.f,
+       false, true, 3},
+      {"det varlen gqa d64 chunks of 2", 3, 4, 2, 64, 64, {300, 40, 500}, {700, 64, 200}, true,
+       -1, -1, 0.f, false, true, 2},
       {"d32 gqa causal 100/150", 2, 4, 1, 32, 32, {100, 100}, {150, 150}, false, -1, 0},
       {"d80 window alibi 180/170", 1, 2, 2, 80, 80, {180}, {170}, false, 20, 30, 0.f, true},
       {"varlen d96 softcap", 2, 2, 2, 96, 96, {70, 190}, {130, 64}, true, -1, -1, 2.f},

@@ -422,6 +422,8 @@ void bench_variants() {
       variant<256, 128, 64, 8, 1, 1>(c, true);
       variant<256, 64, 32, 4, 2, 2>(c);
       variant<256, 64, 32, 4, 2, 2>(c, true);
+      variant<256, 64, 64, 4, 1, 2>(c);  // FA2's H100 choice
+      variant<256, 64, 64, 4, 1, 2>(c, true);
     }
   for (int d : {64, 128})
     for (int N : {512, 2048, 16384}) {

@@ -47,19 +47,25 @@ inline int current_device_attribute(cudaDeviceAttr attr) {
   return value;
 }
 
-// Shared memory per block the kernels may opt in to: the device's, capped by the environment
-// variable FLASHATTN_SMEM_LIMIT (bytes) if set, so that the tiles of smaller GPUs (sm_86 /
-// sm_89: 99 KB) can be tested on larger ones. Read on every call (tests change it).
-inline int smem_optin_bytes() {
-  int value = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-  if (const char* env = std::getenv("FLASHATTN_SMEM_LIMIT")) {
+// `value`, capped by the environment variable `name` if set (a positive count of `unit`).
+// Read on every call (tests change it).
+inline int env_capped(const char* name, const char* unit, int value) {
+  if (const char* env = std::getenv(name)) {
     char* end = nullptr;
     const long cap = std::strtol(env, &end, 10);
     if (end == env || *end != '\0' || cap <= 0)
-      throw std::runtime_error(std::string("flashattn: FLASHATTN_SMEM_LIMIT must be a positive "
-                                           "number of bytes, got '") + env + "'");
+      throw std::runtime_error(std::string("flashattn: ") + name +
+                               " must be a positive number of " + unit + ", got '" + env + "'");
     if (cap < value) value = static_cast<int>(cap);
   }
   return value;
+}
+
+// Shared memory per block the kernels may opt in to: the device's, capped by the environment
+// variable FLASHATTN_SMEM_LIMIT (bytes) if set, so that the tiles of smaller GPUs (sm_86 /
+// sm_89: 99 KB) can be tested on larger ones.
+inline int smem_optin_bytes() {
+  return env_capped("FLASHATTN_SMEM_LIMIT", "bytes",
+                    current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
 }
 }  // namespace flashattn

@@ -105,4 +105,23 @@ FLASHATTN_HOST_DEVICE int rotated_rank(int n, int m, int M, int n_blocks) {
   return t * q + low + n / M;
 }
 
+// Rotation chunks (no window): key blocks [0, nb) split into the fewest runs of consecutive
+// blocks of at most max_chunk, as equal as possible. Each chunk rotates among itself, and in
+// deterministic mode adds into a query block after every earlier chunk: a CTA waits only on
+// earlier CTAs and on its own chunk, which fits on the GPU at once (max_chunk <= SMs).
+struct Chunk {
+  int start, size;
+};
+FLASHATTN_HOST_DEVICE Chunk rotation_chunk(int n, int nb, int max_chunk) {
+  const int chunks = (nb + max_chunk - 1) / max_chunk;
+  const int c = (nb + chunks - 1) / chunks;
+  const int start = n / c * c;
+  return {start, imin(c, nb - start)};
+}
+// Every key block adds into every query block without a window: the earlier chunks' blocks
+// first, then the chunk's own rotated order.
+FLASHATTN_HOST_DEVICE int chunked_rotated_rank(int n, int m, int M, const Chunk& ch) {
+  return ch.start + rotated_rank(n - ch.start, m, M, ch.size);
+}
+
 }  // namespace flashattn::sm80::bwd_order

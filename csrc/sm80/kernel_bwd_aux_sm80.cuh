@@ -30,6 +30,7 @@ struct BwdArgs {
   bool aligned_o;   // out: the same, for the preprocessing's vector loads
   bool pair_out;    // dq/dk/dv: 4-byte stores of element pairs are aligned
   bool rotate;      // no window: CTA n visits query blocks starting at n (see the kernel)
+  int rot_chunk;    // rotate: the largest rotation chunk (bwd_order::rotation_chunk)
   bool heavy_first; // causal, non-deterministic: key block index the slowest in launch order
 };
 

@@ -35,7 +35,7 @@ constexpr bool kSpreadDqReds = true;
 
 using bwd_order::contributor_rank;
 using bwd_order::m_range;
-using bwd_order::rotated_rank;
+using bwd_order::chunked_rotated_rank;
 
 // How kThreads threads cover a kRows x kCols tile in 16-byte chunks: kUniform when each pass
 // covers whole rows (a multiple of 8, so the swizzle is the same on every pass).
@@ -256,7 +256,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // every query block), rotated to start at n_block: CTAs of one head then add into
   // different dQ rows at any time instead of all into the same ones.
   const int m_len = m_end - m_begin;
-  const int m_rot = (args.rotate && m_len > 0) ? n_block % m_len : 0;
+  const bwd_order::Chunk chunk =
+      bwd_order::rotation_chunk(n_block, (sk + kBN - 1) / kBN, args.rot_chunk);
+  const int m_rot = (args.rotate && m_len > 0) ? (n_block - chunk.start) % m_len : 0;
   auto m_at = [&](int k) { const int r = k + m_rot; return m_begin + (r >= m_len ? r - m_len : r); };
 
   const Element* q_g = static_cast<const Element*>(p.q_ptr) + b * p.q_batch_stride +
@@ -589,7 +591,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (args.dq_sem != nullptr) {
       sem = args.dq_sem + (int64_t(b) * p.nheads + h) * args.m_blocks + m;
       if (tid == 0)
-        sem_wait(sem, args.rotate ? rotated_rank(n_block, m, m_blocks, (sk + kBN - 1) / kBN)
+        sem_wait(sem, args.rotate ? chunked_rotated_rank(n_block, m, m_blocks, chunk)
                                   : contributor_rank<kBM, kBN>(mi, n_block, m, m_blocks,
                                                                args.n_blocks, descending));
       __syncthreads();

@@ -27,6 +27,13 @@ inline int convert_grid(int64_t work) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blocks, 4096)));
 }
 
+// Deterministic rotation chunk: the SM count, capped by FLASHATTN_BWD_DET_CHUNK if set (the
+// tests exercise several chunks on small shapes).
+inline int det_rotation_chunk() {
+  return env_capped("FLASHATTN_BWD_DET_CHUNK", "key blocks",
+                    current_device_attribute(cudaDevAttrMultiProcessorCount));
+}
+
 }  // namespace bwd_detail
 
 // One tile shape on a workspace laid out as `ws` (run_bwd_hdim picks both). heavy_first:
@@ -75,11 +82,9 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
                      heavy_first_ok(p.window_left, p.window_right,
                                     int64_t(n_blocks) * p.nheads * p.batch);
   // Rotated visiting order without a window. Deterministic mode then waits on CTAs with
-  // higher linear indices: safe only while one head's key blocks fit on the GPU at once.
+  // higher linear indices within a rotation chunk: chunks of at most one CTA per SM.
   args.rotate = p.window_left < 0 && p.window_right < 0;
-  if (args.rotate && p.deterministic) {
-    args.rotate = n_blocks <= current_device_attribute(cudaDevAttrMultiProcessorCount);
-  }
+  args.rot_chunk = p.deterministic ? det_rotation_chunk() : n_blocks;
 
   const int smem_optin = smem_optin_bytes();
   if (!empty && smem_optin < Tile::kSmemBytes)  // d256 on sm_86 / sm_89 (99 KB): no tile yet
@@ -160,13 +165,16 @@ void run_bwd_hdim(const BwdParams& params, cudaStream_t stream) {
                 "the workspace is sized by bwd_block_m / bwd_block_n (tile_bwd_sm80.h)");
   const BwdWorkspaceLayout ws = bwd_workspace_layout(params, kHeadDim);
   const int smem = smem_optin_bytes();
+  // d256 causal below 2k keys: one head's key blocks together beat heavy-first (H200,
+  // `selftest_bwd --tiles256`, TFLOP/s: N 512 108 -> 124, 1k 133 -> 159; 2k 191 vs 186).
+  const bool heavy = kHeadDim < 256 || params.seqlen_k >= 2048;
   if constexpr (!std::is_same_v<Default, Large>) {
-    if (smem >= Large::kSmemBytes) return run_bwd_tile<Large, Element>(params, stream, ws, true);
+    if (smem >= Large::kSmemBytes) return run_bwd_tile<Large, Element>(params, stream, ws, heavy);
   }
   if constexpr (!std::is_same_v<Default, Small>) {
-    if (smem < Default::kSmemBytes) return run_bwd_tile<Small, Element>(params, stream, ws, true);
+    if (smem < Default::kSmemBytes) return run_bwd_tile<Small, Element>(params, stream, ws, heavy);
   }
-  run_bwd_tile<Default, Element>(params, stream, ws, true);
+  run_bwd_tile<Default, Element>(params, stream, ws, heavy);
 }
 
 }  // namespace flashattn::sm80

@@ -39,7 +39,7 @@ void launch_fwd(const FwdParams& p, bool vec_ok, dim3 grid, cudaStream_t stream,
 }
 
 template <typename Traits>
-void launch_fwd_variants(const FwdParams& p, cudaStream_t stream) {
+void launch_fwd_variants(const FwdParams& p, cudaStream_t stream, int heavy_min_seqlen = 0) {
   const int64_t m_blocks = (int64_t(p.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM;
   check_grid_heads_batch(p.nheads, p.batch, "flashattn sm80 fwd");
   if (m_blocks > 0x7fffffff) throw std::runtime_error("flashattn sm80 fwd: seqlen_q too large");
@@ -51,7 +51,7 @@ void launch_fwd_variants(const FwdParams& p, cudaStream_t stream) {
   // Causal (a right bound, no left one) gives later query blocks more keys: launch every
   // head's longest blocks first (H200, bf16: +3-10% at d 64-256, N 512-16k;
   // tools/selftest_fwd). The kernel's linear block index is 32-bit: only below 2^31 blocks.
-  const bool heavy_first =
+  const bool heavy_first = p.seqlen_q >= heavy_min_seqlen &&
       heavy_first_ok(p.window_left, p.window_right, m_blocks * p.nheads * p.batch);
   if (even_k) {
     if (score_mod) launch_fwd<Traits, true, true>(p, vec_ok, grid, stream, heavy_first);
@@ -86,6 +86,11 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
                              std::to_string(max_smem));
   if constexpr (kHasSmall) {
     if (max_smem < Traits::kSmemBytes) return launch_fwd_variants<SmallTraits>(p, stream);
+    // d256 up to 2k keys: 64 x 64 (2 CTAs/SM) wastes less of the causal diagonal. H200
+    // (--variants), causal TFLOP/s: N 512 182 -> 195 (per head), 1k 236 -> 245, 2k 273 -> 282.
+    if (p.headdim == kHeadDim && p.headdim_v == kHeadDim && p.seqlen_q <= 2048 &&
+        p.seqlen_k <= 2048)
+      return launch_fwd_variants<SmallTraits>(p, stream, 1024);
   }
   launch_fwd_variants<Traits>(p, stream);
 }

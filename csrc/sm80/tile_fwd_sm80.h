@@ -22,8 +22,9 @@ struct FwdTile {
 //            At d = 128: 64 x 64 (3 CTAs/SM) was 15% slower, 128 x 32 6-8% slower; one K/V
 //            stage tied with two (343 vs 343 TFLOP/s at N = 2k).
 //  d 192/256: 128 x 64, 8 warps (16 rows/warp), so O stays <= 128 regs/thread; 1 CTA/SM.
-//            At d = 256 it beat 64 x 64 x 4 warps (FA2's H100 choice, 2 CTAs/SM) by 8%, and
-//            one K/V stage (FA2's K/V interleaving, 128 KiB) beat two (192 KiB) by 1-2.5%.
+//            At d = 256 it beat 64 x 64 x 4 warps (FA2's H100 choice, 2 CTAs/SM) by 8% at
+//            large N (64 x 64 is used up to 2k keys: launch_fwd_sm80.cuh), and one K/V
+//            stage (FA2's K/V interleaving, 128 KiB) beat two (192 KiB) by 1-2.5%.
 constexpr FwdTile fwd_tile(int hdim) {
   return hdim <= 64    ? FwdTile{128, 128, 4, 2, 2}
          : hdim <= 128 ? FwdTile{128, 64, 4, 2, 2}

@@ -1,0 +1,19 @@
+"""Runs one forward benchmark cell a few times, ours or SDPA flash's (for a profiler).
+Usage: python tools/fwd_one.py ours|sdpa d N causal"""
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+impl, d, N, causal = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), bool(int(sys.argv[4]))
+B, H = max(1, 16384 // N), 2048 // d
+q, k, v = (torch.randn(B, N, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+for _ in range(5):
+    if impl == "ours":
+        import flashattn
+        flashattn.flash_attn_func(q, k, v, causal=causal)
+    else:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+torch.cuda.synchronize()
