@@ -1,0 +1,82 @@
+// Host side of the prototype Hopper forward (kernel_fwd_sm90.cuh): TMA tensor maps through
+// the driver entry point (no libcuda to link against), the checks, the launch.
+#pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "../common/cuda_check.h"
+#include "kernel_fwd_sm90.cuh"
+
+namespace flashattn::sm90 {
+
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    FLASHATTN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                          cudaEnableDefault, &q));
+    if (f == nullptr || q != cudaDriverEntryPointSuccess)
+      throw std::runtime_error("flashattn sm90: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A (batch, rows, heads, 128) bf16 tensor (strides in elements) as boxes of 64 columns x
+// box_rows rows of one head, 128-byte swizzled. Rows past `rows` read as zeros.
+inline CUtensorMap bshd_map(const void* ptr, int rows, int heads, int batch, int64_t row_stride,
+                            int64_t head_stride, int64_t batch_stride, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[4] = {cuuint64_t(kFwdD), cuuint64_t(rows), cuuint64_t(heads),
+                              cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2,
+                                 cuuint64_t(batch_stride) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1}, estr[4] = {1, 1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(ptr), dims, strides, box, estr,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("flashattn sm90: cuTensorMapEncodeTiled failed (" +
+                             std::to_string(int(r)) + ")");
+  return m;
+}
+
+// What the prototype covers; the caller falls back to sm80 for anything else.
+inline bool fwd_sm90_supports(const FwdParams& p) {
+  auto al16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  auto mod8 = [](int64_t a, int64_t b, int64_t c) {
+    return a % 8 == 0 && b % 8 == 0 && c % 8 == 0;
+  };
+  return p.dtype == DType::kBFloat16 && p.headdim == kFwdD && p.headdim_v == kFwdD &&
+         !p.is_varlen && p.softcap == 0.f && p.alibi_slopes == nullptr &&
+         p.softmax_scale > 0.f && al16(p.q_ptr) && al16(p.k_ptr) && al16(p.v_ptr) &&
+         mod8(p.q_row_stride, p.q_head_stride, p.q_batch_stride) &&
+         mod8(p.k_row_stride, p.k_head_stride, p.k_batch_stride) &&
+         mod8(p.v_row_stride, p.v_head_stride, p.v_batch_stride) && p.o_row_stride % 2 == 0 &&
+         p.o_head_stride % 2 == 0 && p.o_batch_stride % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(p.o_ptr) % 4 == 0;
+}
+
+inline void run_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
+  if (!fwd_sm90_supports(p)) throw std::runtime_error("flashattn sm90 fwd: unsupported call");
+  if (p.seqlen_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
+  const FwdMaps maps{
+      bshd_map(p.q_ptr, p.seqlen_q, p.nheads, p.batch, p.q_row_stride, p.q_head_stride,
+               p.q_batch_stride, kFwdBM),
+      bshd_map(p.k_ptr, p.seqlen_k, p.nheads_k, p.batch, p.k_row_stride, p.k_head_stride,
+               p.k_batch_stride, kFwdBN),
+      bshd_map(p.v_ptr, p.seqlen_k, p.nheads_k, p.batch, p.v_row_stride, p.v_head_stride,
+               p.v_batch_stride, kFwdBN)};
+  FLASHATTN_CUDA_CHECK(
+      cudaFuncSetAttribute(fwd_kernel_sm90, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdSmem));
+  const dim3 grid((p.seqlen_q + kFwdBM - 1) / kFwdBM, p.nheads, p.batch);
+  fwd_kernel_sm90<<<grid, kFwdThreads, kFwdSmem, stream>>>(p, maps);
+  FLASHATTN_LAUNCH_CHECK();
+}
+
+}  // namespace flashattn::sm90
