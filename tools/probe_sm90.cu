@@ -17,18 +17,12 @@
 #include <vector>
 
 #include "sm90/primitives_sm90.cuh"
+#include "selftest_util.cuh"
 
 using namespace flashattn::sm90;
+using flashattn::smem_u32;
 using bf16 = __nv_bfloat16;
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
 
 constexpr int kM = 64, kN = 128, kD = 128;
 // Shared memory, 1024-byte aligned: Q as two 64-column halves (64 rows x 128 B each), K and

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "sm80/launch_bwd_sm80.cuh"
+#include "selftest_util.cuh"
 
 using namespace flashattn;
 using bf16 = __nv_bfloat16;
@@ -42,14 +43,6 @@ static BwdWorkspaceSizes workspace(const BwdParams& p) {
   return BwdWorkspaceSizes{w.f32_elems, w.i32_elems};
 }
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
 
 struct Case {
   std::string name;

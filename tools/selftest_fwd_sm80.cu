@@ -23,16 +23,8 @@
 #include "../csrc/common/seqlen.h"
 #include "../csrc/sm80/launch_fwd_sm80.cuh"
 #include "../csrc/sm80/sm80_backend.h"
+#include "selftest_util.cuh"
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, \
-                   __LINE__);                                                            \
-      std::exit(2);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 using flashattn::DType;
 using flashattn::FwdParams;
@@ -365,27 +357,9 @@ struct Cell {
     cudaFree(lse);
   }
   double flops() const { return 4.0 * B * H * double(N) * N * d / (causal ? 2 : 1); }
-  // Median milliseconds of 15 timed calls after 3 warm-up calls.
   template <typename F>
   double time_ms(F&& f) const {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; ++i) f();
-    std::vector<float> ms;
-    for (int i = 0; i < 15; ++i) {
-      CK(cudaEventRecord(e0));
-      f();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return ms[7];
+    return median_ms(f);
   }
 };
 

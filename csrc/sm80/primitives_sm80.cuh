@@ -4,24 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include "../common/device_utils.cuh"
 
 namespace flashattn::sm80 {
-
-// Heavy-first launch order: the CTA's rank along gridDim.x when x is made the slowest index
-// of the linear block order (every (y, z) at rank 0 first), and its (y, z). Grids of fewer
-// than 2^31 blocks (heavy_first_ok).
-struct GridCoord {
-  int x_rank, y, z;
-};
-__device__ __forceinline__ GridCoord x_slowest_coord() {
-  const int yz = gridDim.y * gridDim.z;
-  const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  return GridCoord{lin / yz, (lin % yz) % int(gridDim.y), (lin % yz) / int(gridDim.y)};
-}
-
-__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
 
 // cp.async.cg.shared.global [dst], [src], 16, src_size: copies 16 bytes, zero-filling the
 // bytes past src_size (0 = a pure zero fill, used for rows/columns outside the tensor).

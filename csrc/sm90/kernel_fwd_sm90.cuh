@@ -3,7 +3,7 @@
 // batch). Warpgroup 0 loads with TMA: Q once, K and V through a two-stage ring of full and
 // empty mbarriers. Warpgroups 1 and 2 take 64 query rows each: S = Q K^T and O += P V by
 // WGMMA, the online softmax in registers between them. Checked and timed against the sm80
-// kernel by tools/selftest_fwd_sm90.cu. Not yet: overlap of softmax with the next GEMM.
+// kernel by tools/selftest_fwd_sm90.cu.
 #pragma once
 #include <cuda.h>  // CUtensorMap (types only)
 #include <cuda_bf16.h>
@@ -45,16 +45,30 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// kOverlap: the softmax of key block i + 1 runs while the tensor cores do block i's P V
+// (FA3's intra-warpgroup overlap; S of i + 1 is issued before P V of i). Correct, but 15-25%
+// slower than serial on the H200 so far: with K and V sharing one stage of a two-stage ring,
+// the producer cannot run ahead, and the two warpgroups are not yet ping-ponged.
+// heavy_first: causal grids launch every head's longest query blocks first over the whole
+// grid (slower here too); otherwise each head's longest first.
+template <bool kOverlap>
 __global__ void __launch_bounds__(kFwdThreads, 1)
-    fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps) {
+    fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
+                    const bool heavy_first) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + kFwdSmemBar);
   uint64_t* kv_full = q_full + 1;
   uint64_t* kv_empty = kv_full + kFwdStages;
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.nheads / p.nheads_k);
-  const int m0 = blockIdx.x * kFwdBM;
+  int m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  if (heavy_first) {
+    const GridCoord gc = x_slowest_coord();
+    m_block = gridDim.x - 1 - gc.x_rank;
+    h = gc.y;
+    b = gc.z;
+  }
+  const int hk = h / (p.nheads / p.nheads_k), m0 = m_block * kFwdBM;
   const MaskInfo mi{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
   const KeyBlocks kbl = key_blocks(mi, m0);
   const int n_iters = kbl.hi - kbl.lo;
@@ -101,18 +115,17 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     ke[r] = mi.key_end(row0 + 8 * r);
   }
   const float scale_log2 = p.softmax_scale_log2;
-  float o[64], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float o[64], s[64], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float alpha[2];
+  uint32_t pa[kFwdBN / 16][4];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
-
-  if (n_iters > 0) mbar_wait(q_full, 0);
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
-  for (int it = 0; it < n_iters; ++it) {
+
+  auto issue_qk = [&](int it) {  // S = Q K^T of iteration it, once its K / V have landed
     const int stage = it % kFwdStages;
     mbar_wait(kv_full + stage, (it / kFwdStages) & 1);
     const uint32_t k_base = smem_u32(smem + kFwdSmemK + stage * kFwdTile);
-    const uint32_t v_base = smem_u32(smem + kFwdSmemV + stage * kFwdTile);
-    float s[64];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kFwdD / 16; ++kk) {
@@ -121,9 +134,19 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
                                  gmma_desc_sw128(k_base + off, 16, 1024), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(s);
-
+  };
+  auto issue_pv = [&](int it, const uint32_t (&a)[kFwdBN / 16][4]) {
+    const uint32_t v_base = smem_u32(smem + kFwdSmemV + (it % kFwdStages) * kFwdTile);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kFwdBN / 16; ++kk)
+      wgmma_m64n128k16_rs<true>(o, a[kk], gmma_desc_sw128(v_base + kk * 16 * 128, kFwdHalf, 1024),
+                                1);
+    wgmma_commit();
+  };
+  // Masks S of iteration it, updates the row max and sums (alpha: the factor O still needs),
+  // and packs P = exp2(S * scale - max) into `a` as the A operand of P V.
+  auto softmax = [&](int it, uint32_t (&a)[kFwdBN / 16][4]) {
     const int n0 = (kbl.hi - 1 - it) * kFwdBN;
     if (n0 < kb[0] || n0 < kb[1] || n0 + kFwdBN > ke[0] || n0 + kFwdBN > ke[1]) {
 #pragma unroll
@@ -134,16 +157,15 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
           if (col < kb[r] || col >= ke[r]) s[j * 4 + e] = -INFINITY;
         }
     }
-    // Online softmax per row (4 lanes share a row).
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {  // 4 lanes share a row
       float mx = row_max[r];
 #pragma unroll
       for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + 2 * r], s[j * 4 + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
       const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-      const float alpha = row_max[r] == -INFINITY ? 0.f : exp2f(row_max[r] * scale_log2 - m_scaled);
+      alpha[r] = row_max[r] == -INFINITY ? 0.f : exp2f(row_max[r] * scale_log2 - m_scaled);
       row_max[r] = mx;
       float sum = 0.f;
 #pragma unroll
@@ -153,28 +175,71 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
           const float pv = exp2f(s[j * 4 + 2 * r + e] * scale_log2 - m_scaled);
           s[j * 4 + 2 * r + e] = pv;
           sum += pv;
-          o[j * 4 + 2 * r + e] *= alpha;
         }
-      row_sum[r] = row_sum[r] * alpha + sum;
+      row_sum[r] = row_sum[r] * alpha[r] + sum;
     }
-    uint32_t pa[kFwdBN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kFwdBN / 16; ++kk) {
       const float* s0 = s + 8 * kk;  // n8 blocks 2 kk and 2 kk + 1
-      pa[kk][0] = pack_bf16x2(s0[0], s0[1]);
-      pa[kk][1] = pack_bf16x2(s0[2], s0[3]);
-      pa[kk][2] = pack_bf16x2(s0[4], s0[5]);
-      pa[kk][3] = pack_bf16x2(s0[6], s0[7]);
+      a[kk][0] = pack_bf16x2(s0[0], s0[1]);
+      a[kk][1] = pack_bf16x2(s0[2], s0[3]);
+      a[kk][2] = pack_bf16x2(s0[4], s0[5]);
+      a[kk][3] = pack_bf16x2(s0[6], s0[7]);
     }
-    wgmma_fence();
+  };
+  auto rescale_o = [&]() {
 #pragma unroll
-    for (int kk = 0; kk < kFwdBN / 16; ++kk)
-      wgmma_m64n128k16_rs<true>(o, pa[kk], gmma_desc_sw128(v_base + kk * 16 * 128, kFwdHalf, 1024),
-                                1);
-    wgmma_commit();
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j * 4 + e] *= alpha[e >> 1];
+  };
+
+  if (n_iters > 0) mbar_wait(q_full, 0);
+  if constexpr (!kOverlap) {
+    for (int it = 0; it < n_iters; ++it) {
+      issue_qk(it);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      softmax(it, pa);
+      rescale_o();
+      issue_pv(it, pa);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o);
+      mbar_arrive(kv_empty + it % kFwdStages);
+    }
+  } else if (n_iters > 0) {
+    // Two P buffers in turn (no copy the register allocator could fold into one), and each
+    // step's MMAs issued in straight-line code: otherwise ptxas serialises the MMAs (C7513 /
+    // C7514) because it cannot see that wait<1> retires S while P V still reads P.
+    uint32_t pb[kFwdBN / 16][4];
+    auto step = [&](int it, const uint32_t (&cur)[kFwdBN / 16][4],
+                    uint32_t (&nxt)[kFwdBN / 16][4]) {
+      issue_qk(it + 1);
+      issue_pv(it, cur);
+      wgmma_wait<1>();
+      wgmma_fence_operands(s);
+      softmax(it + 1, nxt);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o);
+      mbar_arrive(kv_empty + it % kFwdStages);
+      rescale_o();
+    };
+    auto last = [&](int it, const uint32_t (&cur)[kFwdBN / 16][4]) {
+      issue_pv(it, cur);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o);
+      mbar_arrive(kv_empty + it % kFwdStages);
+    };
+    issue_qk(0);
     wgmma_wait<0>();
-    wgmma_fence_operands(o);
-    mbar_arrive(kv_empty + stage);
+    wgmma_fence_operands(s);
+    softmax(0, pa);
+    for (int it = 0;; it += 2) {
+      if (it + 1 >= n_iters) { last(it, pa); break; }
+      step(it, pa, pb);
+      if (it + 2 >= n_iters) { last(it + 1, pb); break; }
+      step(it + 1, pb, pa);
+    }
   }
 
   // Epilogue: O / rowsum in bf16 straight from registers; lse = max * scale + ln(sum), -inf
