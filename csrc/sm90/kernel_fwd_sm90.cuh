@@ -21,7 +21,11 @@ struct FwdMaps {
   CUtensorMap q, k, v;
 };
 
-constexpr int kFwdBM = 128, kFwdBN = 128, kFwdD = 128, kFwdStages = 2, kFwdThreads = 384;
+#ifndef FLASHATTN_SM90_FWD_STAGES  // K / V ring depth (3 fits: 225 KB of shared memory)
+#define FLASHATTN_SM90_FWD_STAGES 2
+#endif
+constexpr int kFwdBM = 128, kFwdBN = 128, kFwdD = 128, kFwdThreads = 384;
+constexpr int kFwdStages = FLASHATTN_SM90_FWD_STAGES;
 // Shared memory, byte offsets of 1024-aligned parts: Q, then the K and V stages, each a
 // 128 x 128 bf16 tile stored as two 64-column halves of 128 rows x 128 bytes (TMA's 128-byte
 // swizzle), then the mbarriers.
