@@ -33,6 +33,8 @@ constexpr int kFwdTile = kFwdBM * kFwdD * 2, kFwdHalf = kFwdTile / 2;
 constexpr int kFwdSmemK = kFwdTile, kFwdSmemV = kFwdSmemK + kFwdStages * kFwdTile;
 constexpr int kFwdSmemBar = kFwdSmemV + kFwdStages * kFwdTile;
 constexpr int kFwdSmem = kFwdSmemBar + 64 + 1024;  // + alignment slack
+static_assert((1 + 2 * kFwdStages) * 8 <= 64, "the mbarriers fit their 64 bytes");
+static_assert(kFwdSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
 
 struct KeyBlocks {
   int lo, hi;  // key blocks [lo, hi) meet some row of the query block
