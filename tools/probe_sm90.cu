@@ -33,11 +33,6 @@ constexpr int kOffBar = kOffV + 2 * kKVHalf * 2;
 constexpr int kSmem = kOffBar + 16 + 1024;  // + alignment slack
 constexpr uint32_t kTxBytes = kOffBar;      // every byte of Q, K and V
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 // Stores a 64 x 128 accumulator (the m64n128 layout) row-major.
 __device__ void store_acc(const float (&d)[64], float* out) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -103,10 +98,10 @@ __global__ void __launch_bounds__(128, 1)
   for (int kk = 0; kk < kN / 16; ++kk) {
     const int j0 = 2 * kk, j1 = 2 * kk + 1;
     const float sc = 1.f / 16.f;
-    pa[kk][0] = pack_bf16(s[j0 * 4] * sc, s[j0 * 4 + 1] * sc);
-    pa[kk][1] = pack_bf16(s[j0 * 4 + 2] * sc, s[j0 * 4 + 3] * sc);
-    pa[kk][2] = pack_bf16(s[j1 * 4] * sc, s[j1 * 4 + 1] * sc);
-    pa[kk][3] = pack_bf16(s[j1 * 4 + 2] * sc, s[j1 * 4 + 3] * sc);
+    pa[kk][0] = pack_bf16x2(s[j0 * 4] * sc, s[j0 * 4 + 1] * sc);
+    pa[kk][1] = pack_bf16x2(s[j0 * 4 + 2] * sc, s[j0 * 4 + 3] * sc);
+    pa[kk][2] = pack_bf16x2(s[j1 * 4] * sc, s[j1 * 4 + 1] * sc);
+    pa[kk][3] = pack_bf16x2(s[j1 * 4 + 2] * sc, s[j1 * 4 + 3] * sc);
   }
   float o[64];
 #pragma unroll

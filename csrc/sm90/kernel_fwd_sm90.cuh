@@ -46,11 +46,6 @@ __device__ __forceinline__ KeyBlocks key_blocks(const MaskInfo& mi, int m0) {
   return {kb / kFwdBN, (ke + kFwdBN - 1) / kFwdBN};
 }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 // kOverlap: the softmax of key block i + 1 runs while the tensor cores do block i's P V
 // (FA3's intra-warpgroup overlap; S of i + 1 is issued before P V of i). Correct, but 15-25%
 // slower than serial on the H200 so far: with K and V sharing one stage of a two-stage ring,

@@ -2,6 +2,8 @@
 // and the warpgroup MMAs the forward uses. Checked on the H200 by tools/probe_sm90.cu (a TMA +
 // WGMMA S = Q K^T, O = P V tile against a CPU reference) before any kernel is built on them.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "../common/device_utils.cuh"
@@ -105,6 +107,12 @@ __device__ __forceinline__ uint64_t gmma_desc_sw128(uint32_t smem_addr, uint32_t
   desc |= uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32;
   desc |= uint64_t(1) << 62;  // 128-byte swizzle
   return desc;
+}
+
+// Two floats as the bf16 pair of one WGMMA A-operand register (lo in the low half).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // ---- warpgroup MMA sequencing ----
