@@ -7,7 +7,9 @@ flashattn/_build_config.py's BUILD_CONFIG):
   FLASHATTN_DISABLE_SM80=1      no portable CUDA kernels
   FLASHATTN_DISABLE_SM90=1      no Hopper kernels
   FLASHATTN_DISABLE_BACKWARD=1  no CUDA backward kernels (the CPU backward stays)
-  TORCH_CUDA_ARCH_LIST          narrows the CUDA targets (e.g. "9.0" or "8.0;9.0")
+  TORCH_CUDA_ARCH_LIST          the CUDA targets (tools/build_archs.py: "9.0a" or "9.0" builds
+                                the Hopper family for sm_90a and the portable one for sm_90)
+  FLASHATTN_HEADDIMS            developer switch: build only these head-dim buckets ("128")
 """
 import os
 import re
@@ -20,6 +22,7 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
+import build_archs  # noqa: E402
 import generate_instantiations  # noqa: E402
 
 FLAGS = ["FLASHATTN_DISABLE_CUDA", "FLASHATTN_DISABLE_SM80", "FLASHATTN_DISABLE_SM90",
@@ -64,37 +67,15 @@ def want_cuda():
     return True, f"nvcc {found[0]}.{found[1]} at {CUDA_HOME}"
 
 
-def requested_archs():
-    """TORCH_CUDA_ARCH_LIST entries as '80', '90', '90a', ... (None: the defaults)."""
-    value = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
-    if not value:
-        return None
-    archs = set()
-    for item in re.split(r"[;\s,]+", value):
-        m = re.match(r"(\d+)\.(\d+)(a?)", item)
-        if m:
-            archs.add(f"{int(m.group(1)) * 10 + int(m.group(2))}{m.group(3)}")
-    return archs
-
-
-def family_gencode(family):
-    """Arch flags per source family, narrowed by TORCH_CUDA_ARCH_LIST.
-
-    sm80 (portable): sm_80 and sm_90 machine code plus PTX of the newest, so later GPUs JIT;
-    any other plain arch >= 8.0 in the list is added. sm90 (Hopper): sm_90a only, built when
-    the list is unset or names 9.0a. Returns (nvcc flags, arch names); empty = family off."""
-    req = requested_archs()
-    if family == "sm80":
-        archs = [80, 90] if req is None else sorted(
-            int(a) for a in req if not a.endswith("a") and int(a) >= 80)
-        if not archs:
-            return [], []
-        flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-        flags.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
-        return flags, [f"sm_{a}" for a in archs]
-    if req is None or "90a" in req:
-        return ["-gencode=arch=compute_90a,code=sm_90a"], ["sm_90a"]
-    return [], []
+def cuda_targets():
+    """Per source family, the targets TORCH_CUDA_ARCH_LIST asks for (tools/build_archs.py)."""
+    native = ()
+    value = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if value and value.strip() == "native":
+        import torch
+        native = tuple(10 * a + b for a, b in (torch.cuda.get_device_capability(i)
+                                               for i in range(torch.cuda.device_count())))
+    return value, build_archs.family_targets(value, native)
 
 
 def write_build_config(config):
@@ -129,35 +110,53 @@ def make_extension():
         config["FLASHATTN_DISABLE_SM90"] = True
         config["FLASHATTN_DISABLE_BACKWARD"] = True
     generate_instantiations.main()
+    buckets = generate_instantiations.head_dims()
+    hdim_mask = build_archs.head_dim_selection(os.environ.get("FLASHATTN_HEADDIMS"), buckets)
+    built_hdims = [b for i, b in enumerate(buckets) if hdim_mask >> i & 1]
+    arch_value, targets = cuda_targets() if cuda else (None, {})
 
     sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "api").glob("*.cpp"))
     sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "cpu").glob("*.cpp"))
     cuda_archs, nvcc_flags, separate = [], [], []
+    sm80_target = {"sass": [], "ptx": []}
     for family in ("sm80", "sm90"):
         key = f"FLASHATTN_DISABLE_{family.upper()}"
         cu = list((ROOT / "csrc" / family).glob("*.cu"))
-        cu += list((ROOT / "csrc" / "instantiations").glob(f"*_{family}_*.cu"))
+        cu += [p for p in (ROOT / "csrc" / "instantiations").glob(f"*_{family}_*.cu")
+               if int(re.search(r"_hdim(\d+)_", p.name).group(1)) in built_hdims]
         if config["FLASHATTN_DISABLE_BACKWARD"]:
             cu = [p for p in cu if "bwd" not in p.name]
-        flags, archs = family_gencode(family) if cuda else ([], [])
+        target = targets.get(family, {"sass": [], "ptx": []})
+        flags = build_archs.gencode_flags(target)
         if config[key] or not cu or not flags:
-            config[key] = True  # off, empty (no Hopper sources yet) or narrowed away
+            config[key] = True  # off, or narrowed away by TORCH_CUDA_ARCH_LIST
             continue
-        cuda_archs += archs
+        cuda_archs += [f"sm_{a}" for a in target["sass"]]
         cu = sorted(str(p.relative_to(ROOT)) for p in cu)
         if family == "sm80":  # compiled by torch's ninja build with the extension's flags
             sources += cu
             nvcc_flags = flags
+            sm80_target = target
         else:                 # its own arch flags: compiled first, linked in as objects
             separate.append((family, cu, flags))
+    if cuda and config["FLASHATTN_DISABLE_SM80"] and config["FLASHATTN_DISABLE_SM90"] and not (
+            env_flag("FLASHATTN_DISABLE_SM80") and env_flag("FLASHATTN_DISABLE_SM90")):
+        raise build_archs.no_kernels_error(arch_value)
     config["cuda_archs"] = cuda_archs
+    config["FLASHATTN_HEADDIMS"] = built_hdims
     config["torch_version"] = torch.__version__
     config["cuda_version"] = torch.version.cuda if cuda else None
     write_build_config(config)
-    print(f"flashattn: CUDA {'on' if cuda else 'off'} ({why}); archs {cuda_archs}; "
-          f"{len(sources)} sources", flush=True)
+    n_sm90 = sum(len(cu) for _, cu, _ in separate)
+    print(f"flashattn: CUDA {'on' if cuda else 'off'} ({why}); TORCH_CUDA_ARCH_LIST="
+          f"{arch_value!r}; archs {cuda_archs}; head dims {built_hdims}; "
+          f"{len(sources) + n_sm90} sources ({n_sm90} sm90)", flush=True)
 
     defines = [f"-D{flag}" for flag in FLAGS if config[flag]]
+    defines.append(f"-DFLASHATTN_HEADDIM_MASK={hdim_mask}")
+    if sm80_target["sass"]:  # the API layer tells native sm80 code from PTX run by JIT
+        defines.append(f"-DFLASHATTN_SM80_SASS={','.join(sm80_target['sass'])}")
+        defines.append(f"-DFLASHATTN_SM80_PTX={','.join(sm80_target['ptx'])}")
     cxx = ["-O3", "-std=c++17", "-fvisibility=hidden",
            f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"] + defines
     kwargs = dict(name="flashattn._C", sources=sources, py_limited_api=True,

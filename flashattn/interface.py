@@ -312,52 +312,31 @@ def flash_attn_varlen_qkvpacked_func(
                                   alibi_slopes, deterministic, return_attn_probs)
 
 
-def kernel_path(q, k, v, **options):
-    """Which implementation a call on these tensors would run: "cpu" or "sm80".
+def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                max_seqlen_k=None, *, direction="fwd", dropout_p=0.0, softmax_scale=None,
+                causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                deterministic=False):
+    """Which backend the forward (or, with direction="bwd", the backward) of a call with these
+    arguments runs: "cpu", "sm80" (the portable CUDA kernels), "sm80-ptx" (the same, compiled
+    by the driver from their PTX, on GPUs newer than the build's machine code) or "sm90" (the
+    Hopper kernels).
 
-    Mirrors the op's dispatch (csrc/api/flash_api.cpp) without running anything.
+    The op's own choice (csrc/api/backend_choice.h), with the op's input checks; nothing runs.
+    FLASHATTN_FORCE_BACKEND=sm80|sm90 forces CUDA calls onto one backend; forced to sm90, a
+    call the sm90 forward does not take raises RuntimeError saying why. The backward has no
+    sm90 kernel yet and reports sm80 under either value.
 
-    Arguments:
-        q, k, v: the tensors the call would get (for packed inputs, the unbound slices).
-        options: the call's keyword options (causal=..., ...); no path depends on them yet.
-
-    Raises RuntimeError saying why when no kernel of this build can run the call. Shapes
-    and head dims are not checked here: the op checks them when called.
+    Arguments: those of flash_attn_func (padded) or flash_attn_varlen_func (with cu_seqlens_q/k;
+    max_seqlen_q/k default to the row counts). Raises RuntimeError saying why when no kernel of
+    this build can run the call.
     """
-    device = q.device
-    if device.type == "cpu":
-        if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            raise RuntimeError(
-                f"flashattn: the CPU kernels take float16, bfloat16 or float32, got {q.dtype}"
-            )
-        return "cpu"
-    if device.type != "cuda":
-        raise RuntimeError(f"flashattn: no kernel for tensors on {device}")
-    from ._build_config import BUILD_CONFIG
-
-    if BUILD_CONFIG["FLASHATTN_DISABLE_CUDA"] or BUILD_CONFIG["FLASHATTN_DISABLE_SM80"]:
-        raise RuntimeError(
-            "flashattn: this build has no CUDA kernels (built with FLASHATTN_DISABLE_CUDA or "
-            "FLASHATTN_DISABLE_SM80, or without a CUDA toolkit)"
-        )
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        raise RuntimeError(
-            f"flashattn: the CUDA kernels take float16 or bfloat16 (float32 runs on CPU only), "
-            f"got {q.dtype}"
-        )
-    major, minor = torch.cuda.get_device_capability(device)
-    cc = 10 * major + minor
-    if cc < 80:
-        raise RuntimeError(
-            f"flashattn: the CUDA kernels need compute capability >= 8.0, {device} has "
-            f"{major}.{minor}"
-        )
-    # Machine code for sm_XY runs on X.Y..X.9; the newest target also ships as PTX (setup.py).
-    archs = [int(a[3:5]) for a in BUILD_CONFIG["cuda_archs"]]
-    if archs and not (max(archs) <= cc or any(a // 10 == major and a <= cc for a in archs)):
-        raise RuntimeError(
-            f"flashattn: this build targets {BUILD_CONFIG['cuda_archs']}, none of which runs "
-            f"on {device} (compute capability {major}.{minor}); rebuild with "
-            f"TORCH_CUDA_ARCH_LIST including {major}.{minor}"
-        )
-    return "sm80"
+    opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic)
+    del opts["deterministic"]
+    if cu_seqlens_q is not None:
+        max_seqlen_q = q.shape[0] if max_seqlen_q is None else max_seqlen_q
+        max_seqlen_k = k.shape[0] if max_seqlen_k is None else max_seqlen_k
+    return torch.ops.flashattn.kernel_path(
+        direction, q, k, v, cu_seqlens_q, cu_seqlens_k,
+        -1 if max_seqlen_q is None else max_seqlen_q,
+        -1 if max_seqlen_k is None else max_seqlen_k, **opts)

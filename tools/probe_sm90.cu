@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(128, 1)
     const uint32_t col = (kk % 4) * 32;
     const uint64_t da = gmma_desc_sw128(smem_u32(sq + (kk / 4) * kQHalf) + col, 16, 1024);
     const uint64_t db = gmma_desc_sw128(smem_u32(sk + (kk / 4) * kKVHalf) + col, 16, 1024);
-    wgmma_m64n128k16_ss<false>(s, da, db, kk > 0);
+    wgmma_m64n128k16_ss<false, __nv_bfloat16>(s, da, db, kk > 0);
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -98,10 +98,10 @@ __global__ void __launch_bounds__(128, 1)
   for (int kk = 0; kk < kN / 16; ++kk) {
     const int j0 = 2 * kk, j1 = 2 * kk + 1;
     const float sc = 1.f / 16.f;
-    pa[kk][0] = pack_bf16x2(s[j0 * 4] * sc, s[j0 * 4 + 1] * sc);
-    pa[kk][1] = pack_bf16x2(s[j0 * 4 + 2] * sc, s[j0 * 4 + 3] * sc);
-    pa[kk][2] = pack_bf16x2(s[j1 * 4] * sc, s[j1 * 4 + 1] * sc);
-    pa[kk][3] = pack_bf16x2(s[j1 * 4 + 2] * sc, s[j1 * 4 + 3] * sc);
+    pa[kk][0] = pack_x2<__nv_bfloat16>(s[j0 * 4] * sc, s[j0 * 4 + 1] * sc);
+    pa[kk][1] = pack_x2<__nv_bfloat16>(s[j0 * 4 + 2] * sc, s[j0 * 4 + 3] * sc);
+    pa[kk][2] = pack_x2<__nv_bfloat16>(s[j1 * 4] * sc, s[j1 * 4 + 1] * sc);
+    pa[kk][3] = pack_x2<__nv_bfloat16>(s[j1 * 4 + 2] * sc, s[j1 * 4 + 3] * sc);
   }
   float o[64];
 #pragma unroll
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(128, 1)
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk) {
     const uint64_t db = gmma_desc_sw128(smem_u32(sv) + kk * 16 * 128, kKVHalf * 2, 1024);
-    wgmma_m64n128k16_rs<true>(o, pa[kk], db, 1);
+    wgmma_m64n128k16_rs<true, __nv_bfloat16>(o, pa[kk], db, 1);
   }
   wgmma_commit();
   wgmma_wait<0>();

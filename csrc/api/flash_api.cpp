@@ -7,22 +7,17 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "../common/tile_policy.h"
 #include "../cpu/cpu_backend.h"
+#include "backend_choice.h"
 #include "checks.h"
 #include "params_fill.h"
 #include "schema.h"
-
-#if defined(FLASHATTN_DISABLE_CUDA) && !defined(FLASHATTN_DISABLE_SM80)
-#define FLASHATTN_DISABLE_SM80
-#endif
-#ifndef FLASHATTN_DISABLE_SM80
-#include "../sm80/sm80_backend.h"
-#endif
 
 extern "C" {
 // From torch's C shim (a C symbol, stable across versions); declared here so this file
@@ -164,19 +159,19 @@ cpu::ParallelFor cpu_parallel_for() {
   return stream;
 }
 
-[[noreturn]] void no_cuda_kernels(const char* what) {
-  fail(what, " on CUDA tensors needs the CUDA kernels, but this build has none (built with "
-             "FLASHATTN_DISABLE_CUDA or FLASHATTN_DISABLE_SM80, or without a CUDA toolkit)");
-}
-
 void dispatch_fwd(const FwdParams& p, const Tensor& q) {
   if (q.is_cpu()) return cpu::run_fwd(p, cpu_parallel_for());
-#ifndef FLASHATTN_DISABLE_SM80
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  sm80::run_fwd(p, current_stream(q));
-#else
-  no_cuda_kernels("the forward");
+  switch (choose_fwd(p, /*cpu=*/false)) {
+#ifndef FLASHATTN_DISABLE_SM90
+    case Backend::kSm90: return sm90::run_fwd(p, current_stream(q));
 #endif
+#ifndef FLASHATTN_DISABLE_SM80
+    case Backend::kSm80:
+    case Backend::kSm80Ptx: return sm80::run_fwd(p, current_stream(q));
+#endif
+    default: fail("the forward: no kernel of this build runs the chosen backend");
+  }
 }
 
 // The backend's workspace, zeroed, through torch's allocator (kept alive by the caller
@@ -199,13 +194,15 @@ void dispatch_bwd(BwdParams& p, const Tensor& q) {
     auto ws = alloc_workspace(p, cpu::bwd_workspace(p), q);
     return cpu::run_bwd(p, cpu_parallel_for());
   }
-#if !defined(FLASHATTN_DISABLE_SM80) && !defined(FLASHATTN_DISABLE_BACKWARD)
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  auto ws = alloc_workspace(p, sm80::bwd_workspace(p), q);
-  sm80::run_bwd(p, current_stream(q));
-#else
-  no_cuda_kernels("the backward (FLASHATTN_DISABLE_BACKWARD builds have none)");
+  const Backend backend = choose_bwd(/*cpu=*/false);
+#if !defined(FLASHATTN_DISABLE_SM80) && !defined(FLASHATTN_DISABLE_BACKWARD)
+  if (backend == Backend::kSm80 || backend == Backend::kSm80Ptx) {
+    auto ws = alloc_workspace(p, sm80::bwd_workspace(p), q);
+    return sm80::run_bwd(p, current_stream(q));
+  }
 #endif
+  fail("the backward: no kernel of this build runs the chosen backend ", backend_name(backend));
 }
 
 Options make_options(double scale, bool causal, int64_t wl, int64_t wr, double softcap,
@@ -228,7 +225,7 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
     return {out, lse};
   }
   FwdParams p;
-  fill_fwd_params(p, pb, q, k, v, out, lse, opt, cu_q, cu_k);
+  fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
   dispatch_fwd(p, q);
   return {out, lse};
 }
@@ -332,10 +329,38 @@ Tensors3 varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tenso
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, &cu_seqlens_q, &cu_seqlens_k);
 }
 
+// The backend a call would run (the ops' own choice, with the same input checks), as
+// flashattn.kernel_path reports it. Runs no kernel and allocates nothing.
+std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
+                        std::optional<Tensor> cu_seqlens_q, std::optional<Tensor> cu_seqlens_k,
+                        int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
+                        bool causal, int64_t window_left, int64_t window_right, double softcap,
+                        std::optional<Tensor> alibi_slopes) {
+  FLASHATTN_CHECK(direction == "fwd" || direction == "bwd",
+                  "direction must be 'fwd' or 'bwd', got '", direction, "'");
+  FLASHATTN_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
+                  "cu_seqlens_q and cu_seqlens_k must be given together (varlen) or not at all");
+  const bool varlen = cu_seqlens_q.has_value();
+  Problem pb = varlen ? check_varlen(q, k, v, *cu_seqlens_q, *cu_seqlens_k, max_seqlen_q,
+                                     max_seqlen_k)
+                      : check_qkv(q, k, v, /*varlen=*/false);
+  Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
+                             std::move(alibi_slopes), false);
+  check_options(opt, pb, q);
+  if (q.is_cpu()) return backend_name(Backend::kCpu);
+  torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
+  if (direction == "bwd") return backend_name(choose_bwd(/*cpu=*/false));
+  FwdParams p;
+  fill_fwd_params(p, pb, q, k, v, nullptr, nullptr, opt,
+                  varlen ? &*cu_seqlens_q : nullptr, varlen ? &*cu_seqlens_k : nullptr);
+  return backend_name(choose_fwd(p, /*cpu=*/false));
+}
+
 }  // namespace
 }  // namespace flashattn::api
 
 STABLE_TORCH_LIBRARY(flashattn, m) {
+  m.def(flashattn::api::kKernelPathSchema);
   m.def(flashattn::api::kFwdSchema);
   m.def(flashattn::api::kBwdSchema);
   m.def(flashattn::api::kVarlenFwdSchema);
@@ -343,6 +368,7 @@ STABLE_TORCH_LIBRARY(flashattn, m) {
 }
 
 STABLE_TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
+  m.impl("kernel_path", TORCH_BOX(&flashattn::api::kernel_path));
   m.impl("fwd", TORCH_BOX(&flashattn::api::fwd));
   m.impl("bwd", TORCH_BOX(&flashattn::api::bwd));
   m.impl("varlen_fwd", TORCH_BOX(&flashattn::api::varlen_fwd));
@@ -350,6 +376,7 @@ STABLE_TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
 }
 
 STABLE_TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
+  m.impl("kernel_path", TORCH_BOX(&flashattn::api::kernel_path));
   m.impl("fwd", TORCH_BOX(&flashattn::api::fwd));
   m.impl("bwd", TORCH_BOX(&flashattn::api::bwd));
   m.impl("varlen_fwd", TORCH_BOX(&flashattn::api::varlen_fwd));

@@ -41,24 +41,33 @@ inline Strides3 strides_of(const Tensor& t, bool varlen) {
   return {t.stride(0), t.stride(1), t.stride(2)};
 }
 
+// out and lse may be null (a backend choice asked before any output exists): then the
+// pointers stay null and the strides are those of the fresh contiguous outputs the op makes.
 inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, const Tensor& k,
-                            const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& v, const Tensor* out, const Tensor* lse,
                             const Options& opt, const Tensor* cu_q, const Tensor* cu_k) {
   const bool vl = pb.varlen;
   p.q_ptr = q.data_ptr();
   p.k_ptr = k.data_ptr();
   p.v_ptr = v.data_ptr();
-  p.o_ptr = out.data_ptr();
-  p.lse_ptr = static_cast<float*>(lse.data_ptr());
-  auto sq = strides_of(q, vl), sk = strides_of(k, vl), sv = strides_of(v, vl),
-       so = strides_of(out, vl);
+  p.o_ptr = out ? out->data_ptr() : nullptr;
+  p.lse_ptr = lse ? static_cast<float*>(lse->data_ptr()) : nullptr;
+  auto sq = strides_of(q, vl), sk = strides_of(k, vl), sv = strides_of(v, vl);
+  const int64_t dv = pb.headdim_v;
+  auto so = out ? strides_of(*out, vl)
+                : Strides3{vl ? 0 : pb.seqlen_q * pb.nheads * dv, pb.nheads * dv, dv};
   p.q_batch_stride = sq.batch, p.q_row_stride = sq.row, p.q_head_stride = sq.head;
   p.k_batch_stride = sk.batch, p.k_row_stride = sk.row, p.k_head_stride = sk.head;
   p.v_batch_stride = sv.batch, p.v_row_stride = sv.row, p.v_head_stride = sv.head;
   p.o_batch_stride = so.batch, p.o_row_stride = so.row, p.o_head_stride = so.head;
   // lse: padded (B, H, Sq); varlen (H, total_q).
-  p.lse_batch_stride = vl ? 0 : lse.stride(0);
-  p.lse_head_stride = vl ? lse.stride(0) : lse.stride(1);
+  if (lse) {
+    p.lse_batch_stride = vl ? 0 : lse->stride(0);
+    p.lse_head_stride = vl ? lse->stride(0) : lse->stride(1);
+  } else {
+    p.lse_batch_stride = vl ? 0 : pb.nheads * pb.seqlen_q;
+    p.lse_head_stride = vl ? pb.total_q : pb.seqlen_q;
+  }
 
   p.batch = static_cast<int32_t>(pb.batch);
   p.nheads = static_cast<int32_t>(pb.nheads);
@@ -96,7 +105,7 @@ inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout,
                             const Tensor& lse, const Tensor& dq, const Tensor& dk,
                             const Tensor& dv, const Tensor& dsoftmax_sum, const Options& opt,
                             const Tensor* cu_q, const Tensor* cu_k) {
-  fill_fwd_params(p, pb, q, k, v, out, lse, opt, cu_q, cu_k);
+  fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
   const bool vl = pb.varlen;
   p.do_ptr = dout.data_ptr();
   auto sdo = strides_of(dout, vl), sdq = strides_of(dq, vl), sdk = strides_of(dk, vl),

@@ -33,4 +33,12 @@ inline constexpr const char* kVarlenBwdSchema =
     "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
     "Tensor? alibi_slopes, bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)";
 
+// Which backend ("cpu", "sm80", "sm80-ptx", "sm90") the fwd / bwd direction of a call with
+// these inputs would run; varlen when cu_seqlens_q/k are given. Raises what the call would.
+inline constexpr const char* kKernelPathSchema =
+    "kernel_path(str direction, Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, "
+    "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
+    "bool causal, int window_left, int window_right, float softcap, Tensor? alibi_slopes) "
+    "-> str";
+
 }  // namespace flashattn::api

@@ -13,22 +13,41 @@ static_assert(flashattn::kNumHeadDimBuckets == 6 && flashattn::kHeadDimBuckets[0
                   flashattn::kHeadDimBuckets[5] == 256,
               "FLASHATTN_FOR_EACH_HEADDIM / FLASHATTN_HEADDIM_SWITCH must list kHeadDimBuckets");
 
-#define FLASHATTN_HEADDIM_CASE_(D, ...) \
-  case D: {                             \
-    constexpr int kHeadDim = D;         \
-    return __VA_ARGS__();               \
+// The head-dim buckets this build compiled, a bitmask over kHeadDimBuckets (setup.py passes
+// it from the developer switch FLASHATTN_HEADDIMS; default all).
+#ifndef FLASHATTN_HEADDIM_MASK
+#define FLASHATTN_HEADDIM_MASK 0x3f
+#endif
+namespace flashattn {
+constexpr bool headdim_built(int bucket) {
+  for (int i = 0; i < kNumHeadDimBuckets; ++i)
+    if (kHeadDimBuckets[i] == bucket) return (FLASHATTN_HEADDIM_MASK >> i) & 1;
+  return false;
+}
+}  // namespace flashattn
+
+// A bucket left out of the build throws; its instantiation is then never referenced.
+#define FLASHATTN_HEADDIM_CASE_(D, WHAT, ...)                                                \
+  case D: {                                                                                 \
+    constexpr int kHeadDim = D;                                                             \
+    if constexpr (::flashattn::headdim_built(D)) {                                          \
+      return __VA_ARGS__();                                                                 \
+    } else {                                                                                \
+      throw std::runtime_error(std::string(WHAT) + ": head dim bucket " #D " was left out " \
+                               "of this build (FLASHATTN_HEADDIMS)");                       \
+    }                                                                                       \
   }
 
 // BUCKET (a headdim_bucket() value) -> `constexpr int kHeadDim` in the lambda body.
 #define FLASHATTN_HEADDIM_SWITCH(BUCKET, WHAT, ...)                                        \
   [&] {                                                                                    \
     switch (BUCKET) {                                                                      \
-      FLASHATTN_HEADDIM_CASE_(32, __VA_ARGS__)                                             \
-      FLASHATTN_HEADDIM_CASE_(64, __VA_ARGS__)                                             \
-      FLASHATTN_HEADDIM_CASE_(96, __VA_ARGS__)                                             \
-      FLASHATTN_HEADDIM_CASE_(128, __VA_ARGS__)                                            \
-      FLASHATTN_HEADDIM_CASE_(192, __VA_ARGS__)                                            \
-      FLASHATTN_HEADDIM_CASE_(256, __VA_ARGS__)                                            \
+      FLASHATTN_HEADDIM_CASE_(32, WHAT, __VA_ARGS__)                                       \
+      FLASHATTN_HEADDIM_CASE_(64, WHAT, __VA_ARGS__)                                       \
+      FLASHATTN_HEADDIM_CASE_(96, WHAT, __VA_ARGS__)                                       \
+      FLASHATTN_HEADDIM_CASE_(128, WHAT, __VA_ARGS__)                                      \
+      FLASHATTN_HEADDIM_CASE_(192, WHAT, __VA_ARGS__)                                      \
+      FLASHATTN_HEADDIM_CASE_(256, WHAT, __VA_ARGS__)                                      \
       default:                                                                             \
         throw std::runtime_error(std::string(WHAT) + ": no kernel for head-dim bucket " + \
                                  std::to_string(BUCKET));                                  \

@@ -1,12 +1,12 @@
-// Prototype Hopper forward (sm_90a), not yet wired into the package: d = dv = 128, bf16,
-// padded batches, any window (causal included), GQA. One CTA per 128 query rows of a (head,
-// batch). Warpgroup 0 loads with TMA: Q once, K and V through a two-stage ring of full and
-// empty mbarriers. Warpgroups 1 and 2 take 64 query rows each: S = Q K^T and O += P V by
-// WGMMA, the online softmax in registers between them. Checked and timed against the sm80
-// kernel by tools/selftest_fwd_sm90.cu.
+// The Hopper forward (sm_90a), d = dv = 128, bf16 / fp16: padded batches, any window (causal
+// included), GQA. One CTA per 128 query rows of a (head, batch). Warpgroup 0 loads with TMA:
+// Q once, K and V through a ring of full and empty mbarriers. Warpgroups 1 and 2 take 64 query
+// rows each: S = Q K^T and O += P V by WGMMA, the online softmax in registers between them.
+// Host side: launch_fwd_sm90.cuh; torch-free checks: tools/selftest_fwd_sm90.cu.
 #pragma once
 #include <cuda.h>  // CUtensorMap (types only)
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
@@ -14,6 +14,7 @@
 #include "../common/mask.h"
 #include "../common/params.h"
 #include "primitives_sm90.cuh"
+#include "tile_fwd_sm90.h"
 
 namespace flashattn::sm90 {
 
@@ -21,17 +22,17 @@ struct FwdMaps {
   CUtensorMap q, k, v;
 };
 
-#ifndef FLASHATTN_SM90_FWD_STAGES  // K / V ring depth (3 fits: 225 KB of shared memory)
-#define FLASHATTN_SM90_FWD_STAGES 2
-#endif
-constexpr int kFwdBM = 128, kFwdBN = 128, kFwdD = 128, kFwdThreads = 384;
-constexpr int kFwdStages = FLASHATTN_SM90_FWD_STAGES;
+constexpr FwdTile kFwdTile128 = fwd_tile(128);
+constexpr int kFwdBM = kFwdTile128.block_m, kFwdBN = kFwdTile128.block_n, kFwdD = 128;
+constexpr int kFwdThreads = kFwdTile128.threads, kFwdStages = kFwdTile128.stages;
+static_assert(kFwdBM == 128 && kFwdBN == 128 && kFwdThreads == 384,
+              "the kernel's warp roles assume 128 x 128 tiles and three warpgroups");
 // Shared memory, byte offsets of 1024-aligned parts: Q, then the K and V stages, each a
-// 128 x 128 bf16 tile stored as two 64-column halves of 128 rows x 128 bytes (TMA's 128-byte
-// swizzle), then the mbarriers.
-constexpr int kFwdTile = kFwdBM * kFwdD * 2, kFwdHalf = kFwdTile / 2;
-constexpr int kFwdSmemK = kFwdTile, kFwdSmemV = kFwdSmemK + kFwdStages * kFwdTile;
-constexpr int kFwdSmemBar = kFwdSmemV + kFwdStages * kFwdTile;
+// 128 x 128 16-bit tile stored as two 64-column halves of 128 rows x 128 bytes (TMA's
+// 128-byte swizzle), then the mbarriers.
+constexpr int kFwdTileBytes = kFwdBM * kFwdD * 2, kFwdHalf = kFwdTileBytes / 2;
+constexpr int kFwdSmemK = kFwdTileBytes, kFwdSmemV = kFwdSmemK + kFwdStages * kFwdTileBytes;
+constexpr int kFwdSmemBar = kFwdSmemV + kFwdStages * kFwdTileBytes;
 constexpr int kFwdSmem = kFwdSmemBar + 64 + 1024;  // + alignment slack
 static_assert((1 + 2 * kFwdStages) * 8 <= 64, "the mbarriers fit their 64 bytes");
 static_assert(kFwdSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
@@ -46,29 +47,18 @@ __device__ __forceinline__ KeyBlocks key_blocks(const MaskInfo& mi, int m0) {
   return {kb / kFwdBN, (ke + kFwdBN - 1) / kFwdBN};
 }
 
-// kOverlap: the softmax of key block i + 1 runs while the tensor cores do block i's P V
-// (FA3's intra-warpgroup overlap; S of i + 1 is issued before P V of i). Correct, but 15-25%
-// slower than serial on the H200 so far: with K and V sharing one stage of a two-stage ring,
-// the producer cannot run ahead, and the two warpgroups are not yet ping-ponged.
-// heavy_first: causal grids launch every head's longest query blocks first over the whole
-// grid (slower here too); otherwise each head's longest first.
-template <bool kOverlap>
+// Key blocks are visited from the last (the masked one, for causal) down; each head's longest
+// query blocks launch first (blockIdx.x reversed).
+template <typename Element>
 __global__ void __launch_bounds__(kFwdThreads, 1)
-    fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
-                    const bool heavy_first) {
+    fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + kFwdSmemBar);
   uint64_t* kv_full = q_full + 1;
   uint64_t* kv_empty = kv_full + kFwdStages;
-  int m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  if (heavy_first) {
-    const GridCoord gc = x_slowest_coord();
-    m_block = gridDim.x - 1 - gc.x_rank;
-    h = gc.y;
-    b = gc.z;
-  }
+  const int m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (p.nheads / p.nheads_k), m0 = m_block * kFwdBM;
   const MaskInfo mi{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
   const KeyBlocks kbl = key_blocks(mi, m0);
@@ -87,16 +77,16 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   if (wg == 0) {  // producer: one thread issues every copy
     setmaxnreg_dec<40>();
     if (t == 0 && n_iters > 0) {
-      mbar_arrive_expect_tx(q_full, kFwdTile);
+      mbar_arrive_expect_tx(q_full, kFwdTileBytes);
       for (int half = 0; half < 2; ++half)
         tma_load_4d(smem + half * kFwdHalf, &maps.q, q_full, half * 64, m0, h, b);
       for (int it = 0; it < n_iters; ++it) {  // key blocks from the last (masked) down
         const int stage = it % kFwdStages, use = it / kFwdStages;
         if (use > 0) mbar_wait(kv_empty + stage, (use - 1) & 1);
         const int n0 = (kbl.hi - 1 - it) * kFwdBN;
-        mbar_arrive_expect_tx(kv_full + stage, 2 * kFwdTile);
-        uint8_t* sk = smem + kFwdSmemK + stage * kFwdTile;
-        uint8_t* sv = smem + kFwdSmemV + stage * kFwdTile;
+        mbar_arrive_expect_tx(kv_full + stage, 2 * kFwdTileBytes);
+        uint8_t* sk = smem + kFwdSmemK + stage * kFwdTileBytes;
+        uint8_t* sv = smem + kFwdSmemV + stage * kFwdTileBytes;
         for (int half = 0; half < 2; ++half) {
           tma_load_4d(sk + half * kFwdHalf, &maps.k, kv_full + stage, half * 64, n0, hk, b);
           tma_load_4d(sv + half * kFwdHalf, &maps.v, kv_full + stage, half * 64, n0, hk, b);
@@ -126,22 +116,22 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   auto issue_qk = [&](int it) {  // S = Q K^T of iteration it, once its K / V have landed
     const int stage = it % kFwdStages;
     mbar_wait(kv_full + stage, (it / kFwdStages) & 1);
-    const uint32_t k_base = smem_u32(smem + kFwdSmemK + stage * kFwdTile);
+    const uint32_t k_base = smem_u32(smem + kFwdSmemK + stage * kFwdTileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kFwdD / 16; ++kk) {
       const uint32_t off = (kk / 4) * kFwdHalf + (kk % 4) * 32;
-      wgmma_m64n128k16_ss<false>(s, gmma_desc_sw128(q_base + off, 16, 1024),
+      wgmma_m64n128k16_ss<false, Element>(s, gmma_desc_sw128(q_base + off, 16, 1024),
                                  gmma_desc_sw128(k_base + off, 16, 1024), kk > 0);
     }
     wgmma_commit();
   };
   auto issue_pv = [&](int it, const uint32_t (&a)[kFwdBN / 16][4]) {
-    const uint32_t v_base = smem_u32(smem + kFwdSmemV + (it % kFwdStages) * kFwdTile);
+    const uint32_t v_base = smem_u32(smem + kFwdSmemV + (it % kFwdStages) * kFwdTileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kFwdBN / 16; ++kk)
-      wgmma_m64n128k16_rs<true>(o, a[kk], gmma_desc_sw128(v_base + kk * 16 * 128, kFwdHalf, 1024),
+      wgmma_m64n128k16_rs<true, Element>(o, a[kk], gmma_desc_sw128(v_base + kk * 16 * 128, kFwdHalf, 1024),
                                 1);
     wgmma_commit();
   };
@@ -182,10 +172,10 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kFwdBN / 16; ++kk) {
       const float* s0 = s + 8 * kk;  // n8 blocks 2 kk and 2 kk + 1
-      a[kk][0] = pack_bf16x2(s0[0], s0[1]);
-      a[kk][1] = pack_bf16x2(s0[2], s0[3]);
-      a[kk][2] = pack_bf16x2(s0[4], s0[5]);
-      a[kk][3] = pack_bf16x2(s0[6], s0[7]);
+      a[kk][0] = pack_x2<Element>(s0[0], s0[1]);
+      a[kk][1] = pack_x2<Element>(s0[2], s0[3]);
+      a[kk][2] = pack_x2<Element>(s0[4], s0[5]);
+      a[kk][3] = pack_x2<Element>(s0[6], s0[7]);
     }
   };
   auto rescale_o = [&]() {
@@ -196,57 +186,21 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   };
 
   if (n_iters > 0) mbar_wait(q_full, 0);
-  if constexpr (!kOverlap) {
-    for (int it = 0; it < n_iters; ++it) {
-      issue_qk(it);
-      wgmma_wait<0>();
-      wgmma_fence_operands(s);
-      softmax(it, pa);
-      rescale_o();
-      issue_pv(it, pa);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o);
-      mbar_arrive(kv_empty + it % kFwdStages);
-    }
-  } else if (n_iters > 0) {
-    // Two P buffers in turn (no copy the register allocator could fold into one), and each
-    // step's MMAs issued in straight-line code: otherwise ptxas serialises the MMAs (C7513 /
-    // C7514) because it cannot see that wait<1> retires S while P V still reads P.
-    uint32_t pb[kFwdBN / 16][4];
-    auto step = [&](int it, const uint32_t (&cur)[kFwdBN / 16][4],
-                    uint32_t (&nxt)[kFwdBN / 16][4]) {
-      issue_qk(it + 1);
-      issue_pv(it, cur);
-      wgmma_wait<1>();
-      wgmma_fence_operands(s);
-      softmax(it + 1, nxt);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o);
-      mbar_arrive(kv_empty + it % kFwdStages);
-      rescale_o();
-    };
-    auto last = [&](int it, const uint32_t (&cur)[kFwdBN / 16][4]) {
-      issue_pv(it, cur);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o);
-      mbar_arrive(kv_empty + it % kFwdStages);
-    };
-    issue_qk(0);
+  for (int it = 0; it < n_iters; ++it) {
+    issue_qk(it);
     wgmma_wait<0>();
     wgmma_fence_operands(s);
-    softmax(0, pa);
-    for (int it = 0;; it += 2) {
-      if (it + 1 >= n_iters) { last(it, pa); break; }
-      step(it, pa, pb);
-      if (it + 2 >= n_iters) { last(it + 1, pb); break; }
-      step(it + 1, pb, pa);
-    }
+    softmax(it, pa);
+    rescale_o();
+    issue_pv(it, pa);
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    mbar_arrive(kv_empty + it % kFwdStages);
   }
 
-  // Epilogue: O / rowsum in bf16 straight from registers; lse = max * scale + ln(sum), -inf
+  // Epilogue: O / rowsum in Element straight from registers; lse = max * scale + ln(sum), -inf
   // (and O = 0) for a row with no visible key.
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.o_ptr) + b * p.o_batch_stride +
-                       h * p.o_head_stride;
+  Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + h * p.o_head_stride;
   float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -256,11 +210,11 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     const int row = row0 + 8 * r;
     if (row >= p.seqlen_q) continue;
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    __nv_bfloat16* orow = out + row * p.o_row_stride + (lane % 4) * 2;
+    Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       *reinterpret_cast<uint32_t*>(orow + j * 8) =
-          pack_bf16x2(o[j * 4 + 2 * r] * inv, o[j * 4 + 2 * r + 1] * inv);
+          pack_x2<Element>(o[j * 4 + 2 * r] * inv, o[j * 4 + 2 * r + 1] * inv);
     if (lane % 4 == 0)
       lse[row] = sum == 0.f ? -INFINITY : row_max[r] * scale_log2 * 0.6931471805599453f + logf(sum);
   }

@@ -3,8 +3,10 @@
 // WGMMA S = Q K^T, O = P V tile against a CPU reference) before any kernel is built on them.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/device_utils.cuh"
 
@@ -109,10 +111,19 @@ __device__ __forceinline__ uint64_t gmma_desc_sw128(uint32_t smem_addr, uint32_t
   return desc;
 }
 
-// Two floats as the bf16 pair of one WGMMA A-operand register (lo in the low half).
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
+// Two floats as the 16-bit pair (bf16 or fp16) of one WGMMA A-operand register (lo in the
+// low half).
+template <typename Element>
+__device__ __forceinline__ uint32_t pack_x2(float lo, float hi) {
+  static_assert(std::is_same_v<Element, __nv_bfloat16> || std::is_same_v<Element, __half>,
+                "WGMMA operands are bf16 or fp16");
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
 }
 
 // ---- warpgroup MMA sequencing ----
@@ -134,30 +145,36 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kN]) {
 }
 
 // D (64 x 128, fp32) (+)= A (64 x 16, smem, K-major) * B (128 x 16, smem; K-major, or N-major
-// when kTransB). scale_d = 0: D = A * B.
-template <bool kTransB>
+// when kTransB), A and B bf16 or fp16 (Element). scale_d = 0: D = A * B.
+#define FLASHATTN_WGMMA_SS(TYPES)                                                             \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                   \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES                           \
+               " {" FLASHATTN_WGMMA_D64_REGS "}, %64, %65, p, 1, 1, 0, %67;\n}\n"             \
+               : FLASHATTN_WGMMA_D64_OPERANDS(d)                                              \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(int(kTransB)))
+template <bool kTransB, typename Element>
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a,
                                                     uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" FLASHATTN_WGMMA_D64_REGS
-      "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
-      : FLASHATTN_WGMMA_D64_OPERANDS(d)
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(int(kTransB)));
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_SS("bf16.bf16");
+  else FLASHATTN_WGMMA_SS("f16.f16");
 }
+#undef FLASHATTN_WGMMA_SS
 
 // The same with A (64 x 16, bf16) in registers: the accumulator layout of a previous GEMM
 // (rows warp * 16 + lane / 4 (+8), column pairs (lane % 4) * 2), packed two per register.
-template <bool kTransB>
+#define FLASHATTN_WGMMA_RS(TYPES)                                                             \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                   \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES                           \
+               " {" FLASHATTN_WGMMA_D64_REGS "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n" \
+               : FLASHATTN_WGMMA_D64_OPERANDS(d)                                              \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),     \
+                 "n"(int(kTransB)))
+template <bool kTransB, typename Element>
 __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4],
                                                     uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" FLASHATTN_WGMMA_D64_REGS
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-      : FLASHATTN_WGMMA_D64_OPERANDS(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),
-        "n"(int(kTransB)));
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS("bf16.bf16");
+  else FLASHATTN_WGMMA_RS("f16.f16");
 }
+#undef FLASHATTN_WGMMA_RS
 
 }  // namespace flashattn::sm90
