@@ -17,6 +17,11 @@ same PyTorch computation in the inputs' dtype (fp16/bf16/fp32), and tiny = eps(d
 max|ref64| (16x for fp32) + 64 fp32 ulps of the quantity's magnitude (fp32 accumulation
 noise, which only matters where the exact answer is 0). Never a bare atol.
 
+On a GPU machine, FLASHATTN_REQUIRE_CUDA=1 (set by tools/gpu_job.sh) turns a CUDA case skipped
+for want of a kernel (the build has none, a head dim or arch left out) into a failure: a build
+without CUDA kernels must not read as "N passed, M skipped". Under FLASHATTN_FORCE_BACKEND=sm90, a call the
+sm90 forward does not take raises a named error, which becomes a skip giving the reason.
+
 Files: test_reference (the reference itself against SDPA), test_attention (padded covering
 set + hard corners), test_varlen, test_api (packed APIs, return_attn_probs, deterministic,
 non-contiguous), test_opcheck, test_compile, test_bad_input, test_bad_metadata,
@@ -58,11 +63,44 @@ def seed(request):
     return s
 
 
+# The message of the error raised under FLASHATTN_FORCE_BACKEND=sm90 (csrc/api/backend_choice.h).
+FORCED_SM90_MARK = "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call"
+# Skip reasons that mean "this build or machine has no kernel for it" (flashattn's errors).
+MISSING_KERNEL_MARKS = ("this build has no", "left out of this build", "TORCH_CUDA_ARCH_LIST",
+                        "needs a CUDA device", "do not run on compute capability")
+
+
+def _is_cuda_case(item):
+    callspec = getattr(item, "callspec", None)
+    return "cuda" in item.nodeid or (callspec is not None and any(
+        str(v).startswith("cuda") for v in callspec.params.values()))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    if (report.failed and call.excinfo is not None
+            and call.excinfo.type is RuntimeError
+            and str(call.excinfo.value).startswith("flashattn: " + FORCED_SM90_MARK)):
+        # Forced onto sm90, the call is one sm90 does not take: a skip that says why.
+        reason = str(call.excinfo.value).strip().splitlines()[0]
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
+        return
+    if (report.skipped and os.environ.get("FLASHATTN_REQUIRE_CUDA") == "1"
+            and _is_cuda_case(item)):
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+        if any(mark in reason for mark in MISSING_KERNEL_MARKS):
+            report.outcome = "failed"
+            report.longrepr = f"FLASHATTN_REQUIRE_CUDA=1, but this CUDA case skipped: {reason}"
+            return
     if report.failed and _SEED_KEY in item.stash:
         report.sections.append(
             ("seed", f"reproduce with FLASHATTN_TEST_SEED={item.stash[_SEED_KEY]}"))
+
+
+def pytest_sessionstart(session):
+    if os.environ.get("FLASHATTN_REQUIRE_CUDA") == "1" and not torch.cuda.is_available():
+        raise pytest.UsageError("FLASHATTN_REQUIRE_CUDA=1 but torch sees no CUDA device")
 

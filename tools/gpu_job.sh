@@ -2,13 +2,18 @@
 # One call on the H200 (the device tool): build, GPU tests, sanitizer, benchmark; a short
 # table last. Stages (env STAGES, default "abi build test sanitize bench"):
 #   abi      : CPU tests with a build carried from a GPU-less machine (stable-ABI proof)
-#   build    : full build here (TORCH_CUDA_ARCH_LIST=9.0 by default), timed
+#   build    : full build here with the machine's own environment (its preset
+#              TORCH_CUDA_ARCH_LIST, as a user's pip install gets it; BUILD_ARCHS overrides),
+#              timed; the build config, source count and .so size
 #   buildtime: the default all-arch build in a copy, timed, beside test + sanitize
-#   test     : the test suite on cuda + cpu
-#   sanitize : compute-sanitizer memcheck + racecheck over tools/sanitize_cases.py
+#   test     : the CUDA tests (FLASHATTN_REQUIRE_CUDA=1: a skip for want of a kernel fails),
+#              once by default choice, then under FLASHATTN_FORCE_BACKEND=sm90 and =sm80
+#   sanitize : compute-sanitizer memcheck + racecheck over tools/sanitize_cases.py, synccheck
+#              over its sm90 cases
 #   ptx80    : a copy built for sm_80 only (+ compute_80 PTX, JIT-compiled here), CUDA tests:
 #              the sm_80 code paths (A100, and what sm_86 / sm_89 run) on this GPU
-#   bench    : benchmarks/bench_attn.py -> $OUT/h200.json + h200.md
+#   bench    : benchmarks/bench_attn.py -> $OUT/h200.json + h200.md (with FA4 when its bundle
+#              is here: ../shared/peers/README.md; run 1 stashes .peers/a, run 2 brings .peers/b)
 # Extra arguments: ABI_ARGS (pytest, abi stage), TEST_ARGS (pytest, test stage; default
 # "-k cuda": the CPU cases already ran in the abi stage), BENCH_ARGS (the benchmark).
 # With a carried build and no "build" stage, the carried build is the one tested.
@@ -22,6 +27,8 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 note() { summary+=("$1"); echo "== $1"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+echo "machine TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST-<unset>}"
+if [ -f .peers/a/part_aa ]; then mkdir -p /tmp/fa4 && cp .peers/a/part_aa /tmp/fa4/ && echo "fa4: half a stashed"; fi
 $PY -c "import torch,sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
 XDIST=""; $PY -c "import xdist" 2>/dev/null && XDIST="-n ${XDIST_WORKERS:-8}"
 
@@ -40,12 +47,14 @@ fi
 if has build; then
   t0=$(date +%s)
   export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" MAX_JOBS="${MAX_JOBS:-16}"
-  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+  if [ -n "${BUILD_ARCHS:-}" ]; then export TORCH_CUDA_ARCH_LIST="$BUILD_ARCHS"; fi
   rm -f flashattn/_C*.so
   $PY -m pip install --no-build-isolation --no-deps -v -e . > "$OUT/build.log" 2>&1
   rc=$?
-  note "build: rc=$rc in $(( $(date +%s) - t0 )) s (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST, $MAX_JOBS jobs)"
+  note "build: rc=$rc in $(( $(date +%s) - t0 )) s (TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST-<unset>}, $MAX_JOBS jobs)"
   if [ $rc -ne 0 ]; then grep -E "error" "$OUT/build.log" | head -40; tail -n 30 "$OUT/build.log"; fi
+  note "build: $(grep -m1 -oE 'archs .*sources \([0-9]+ sm90\)' "$OUT/build.log"); $(du -m flashattn/_C.abi3.so 2>/dev/null | cut -f1) MB"
+  PYTHONPATH=$PWD $PY -c "import flashattn; print('BUILD_CONFIG', flashattn.BUILD_CONFIG)" 2>&1 | tail -n 1
 fi
 
 # buildtime: the full default build (every arch family, no TORCH_CUDA_ARCH_LIST) in a copy
@@ -62,21 +71,28 @@ if has buildtime; then
 fi
 
 if has test; then
-  t0=$(date +%s)
-  PYTHONPATH=$PWD $PY -m pytest -q -p no:cacheprovider tests $XDIST ${TEST_ARGS:--k cuda} \
-    > "$OUT/tests.log" 2>&1
-  rc=$?
-  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40
-  note "test: rc=$rc: $(tail -n 1 "$OUT/tests.log") ($(( $(date +%s) - t0 )) s)"
+  for force in ${TEST_FORCE:-auto sm90 sm80}; do
+    t0=$(date +%s)
+    FLASHATTN_FORCE_BACKEND=$force FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$PWD \
+      $PY -m pytest -q -rs -p no:cacheprovider tests $XDIST ${TEST_ARGS:--k cuda} \
+      > "$OUT/tests_$force.log" 2>&1
+    rc=$?
+    grep -E "^(FAILED|ERROR)" "$OUT/tests_$force.log" | head -30
+    note "test (FLASHATTN_FORCE_BACKEND=$force): rc=$rc: $(tail -n 1 "$OUT/tests_$force.log") ($(( $(date +%s) - t0 )) s)"
+  done
+  # The skip reasons of the forced-sm90 run, counted: what sm90 does not take yet.
+  grep -E "^SKIPPED" "$OUT/tests_sm90.log" 2>/dev/null | sed -E 's/.*(does not take this call: [^(]*).*/\1/' \
+    | sort | uniq -c | sort -rn | head -12
 fi
 
 if has sanitize; then
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     t0=$(date +%s)
+    cases=""; [ $tool = synccheck ] && cases="--sm90"
     # No caching allocator: each tensor its own cudaMalloc, so memcheck sees the edges of
     # every buffer (pooled 2 MiB blocks would hide an overrun into a neighbouring tensor).
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 PYTHONPATH=$PWD \
-      compute-sanitizer --tool $tool --error-exitcode 17 $PY tools/sanitize_cases.py \
+      compute-sanitizer --tool $tool --error-exitcode 17 $PY tools/sanitize_cases.py $cases \
       > "$OUT/sanitize_$tool.log" 2>&1
     rc=$?
     note "sanitize $tool: rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -n 1) ($(( $(date +%s) - t0 )) s)"
@@ -109,6 +125,7 @@ fi
 
 if has bench; then
   t0=$(date +%s)
+  if [ -f .peers/b/env.sh ]; then source .peers/b/env.sh; fi
   PYTHONPATH=$PWD $PY benchmarks/bench_attn.py --json "$OUT/h200.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
   rc=$?
   $PY benchmarks/make_table.py "$OUT/h200.json" > "$OUT/h200.md" 2>> "$OUT/bench.log"

@@ -1,7 +1,9 @@
-"""Small CUDA cases for compute-sanitizer (memcheck / racecheck): every kernel on shapes
-with at least three K/V blocks, partial tiles, causal, window, GQA and varlen (with an
-empty sequence). Prints one line per case; exits non-zero on a Python-level failure."""
+"""Small CUDA cases for compute-sanitizer (memcheck / racecheck / synccheck): every kernel on
+shapes with at least three K/V blocks, partial tiles, causal, window, GQA and varlen (with an
+empty sequence). `--sm90`: only the Hopper forward's cases (forced onto sm90, so a silent
+fallback fails). Prints one line per case; exits non-zero on a Python-level failure."""
 import os
+import sys
 
 import torch
 
@@ -35,8 +37,38 @@ def run_varlen(lens_q, lens_k, h, hk, d, dtype, **kw):
 
 
 bf16, fp16 = torch.bfloat16, torch.float16
+
+
+def sm90_cases():
+    """The sm90 forward, forced: >= 3 key blocks, partial tiles, causal both ways, windows,
+    GQA / MQA, rows with no key, no keys at all (its LSE feeds the sm80 backward)."""
+    os.environ["FLASHATTN_FORCE_BACKEND"] = "sm90"
+    run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True)
+    run_padded(2, 333, 200, 2, 2, 128, 128, fp16, causal=True)   # rows with no key
+    run_padded(1, 700, 700, 3, 1, 128, 128, bf16, window_size=(100, 20))
+    run_padded(1, 500, 640, 2, 2, 128, 128, fp16, window_size=(50, -1))
+    run_padded(2, 1, 500, 4, 2, 128, 128, bf16)
+    run_padded(1, 257, 1, 2, 2, 128, 128, bf16, forward_only=True)
+    run_padded(2, 100, 0, 2, 1, 128, 128, bf16, forward_only=True)
+    del os.environ["FLASHATTN_FORCE_BACKEND"]
+
+
+sm90 = (torch.cuda.get_device_capability() == (9, 0)
+        and not flashattn.BUILD_CONFIG["FLASHATTN_DISABLE_SM90"])
+if "--sm90" in sys.argv:
+    if not sm90:
+        sys.exit("--sm90: this GPU or build has no sm90 kernels")
+    sm90_cases()
+    print("all cases ran")
+    sys.exit(0)
+if sm90:
+    sm90_cases()
 run_padded(1, 300, 333, 2, 1, 64, 64, bf16)
 run_padded(1, 300, 333, 2, 2, 128, 128, fp16, causal=True)
+os.environ["FLASHATTN_FORCE_BACKEND"] = "sm80"  # the d128 forward cases on sm80 too
+run_padded(1, 300, 333, 2, 2, 128, 128, fp16, causal=True)
+run_padded(1, 300, 420, 4, 2, 128, 128, bf16, window_size=(64, 64))
+del os.environ["FLASHATTN_FORCE_BACKEND"]
 run_padded(2, 257, 390, 4, 2, 59, 59, bf16, window_size=(100, 20))
 run_padded(1, 200, 260, 2, 1, 192, 128, bf16, causal=True, softcap=30.0)
 run_padded(1, 130, 300, 2, 2, 256, 256, fp16, alibi_slopes=torch.rand(2, device=dev))

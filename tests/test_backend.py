@@ -1,0 +1,203 @@
+"""The backend choice (csrc/api/backend_choice.h) as flashattn.kernel_path reports it, the
+FLASHATTN_FORCE_BACKEND switch, the sm90 forward against the reference on the calls it
+takes, and the suite's own rules (conftest.py: FLASHATTN_REQUIRE_CUDA, forced-sm90 skips)."""
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import flashattn
+from helpers import DEVICES, HEADS, check_results, rand
+from reference import ref_and_lowp
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+def _no_sm90_reason():
+    """Why the sm90 forward cannot run here (None: it can): a cc 9.0 GPU and sm_90a code."""
+    if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
+        return "needs a GPU with compute capability 9.0"
+    if flashattn.BUILD_CONFIG["FLASHATTN_DISABLE_SM90"]:  # a missing kernel: REQUIRE_CUDA fails
+        return "this build has no sm90 kernels (TORCH_CUDA_ARCH_LIST without 9.0 / 9.0a?)"
+    return None
+
+
+needs_sm90 = pytest.mark.skipif(_no_sm90_reason() is not None, reason=str(_no_sm90_reason()))
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_path_cpu_and_errors(device, monkeypatch):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q = rand([1, 4, 2, 64], dtype, device)
+    if device == "cpu":
+        monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")  # CUDA calls only
+        assert flashattn.kernel_path(q, q, q) == "cpu"
+        assert flashattn.kernel_path(q, q, q, direction="bwd", causal=True) == "cpu"
+        cu = torch.tensor([0, 1, 4], dtype=torch.int32)
+        assert flashattn.kernel_path(q[0], q[0], q[0], cu, cu) == "cpu"
+    with pytest.raises(RuntimeError, match="direction must be 'fwd' or 'bwd', got 'up'"):
+        flashattn.kernel_path(q, q, q, direction="up")
+    with pytest.raises(RuntimeError, match="cu_seqlens_q and cu_seqlens_k must be given"):
+        flashattn.kernel_path(q[0], q[0], q[0], torch.tensor([0, 4], dtype=torch.int32,
+                                                             device=device))
+    # The op's own input checks, with the op's messages.
+    with pytest.raises(RuntimeError, match="k must have the same dtype as q"):
+        flashattn.kernel_path(q, q.to(torch.float16), q)
+    with pytest.raises(RuntimeError, match="softcap must be finite and >= 0"):
+        flashattn.kernel_path(q, q, q, softcap=-1.0)
+
+
+@needs_cuda
+def test_cuda_force_backend_bad_value(monkeypatch):
+    q = torch.randn(1, 4, 2, 64, device="cuda", dtype=torch.float16)
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm70")
+    with pytest.raises(RuntimeError, match="FLASHATTN_FORCE_BACKEND must be sm80, sm90 or auto"):
+        flashattn.kernel_path(q, q, q)
+    with pytest.raises(RuntimeError, match="FLASHATTN_FORCE_BACKEND must be sm80, sm90 or auto"):
+        flashattn.flash_attn_func(q, q, q)
+
+
+@needs_cuda
+def test_cuda_force_backend_sm80(monkeypatch):
+    q = torch.randn(1, 4, 2, 128, device="cuda", dtype=torch.bfloat16)
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm80")
+    assert flashattn.kernel_path(q, q, q) in ("sm80", "sm80-ptx")
+    assert flashattn.kernel_path(q, q, q, direction="bwd") in ("sm80", "sm80-ptx")
+
+
+@needs_sm90
+@pytest.mark.parametrize("what, kw, why", [
+    ("d64", dict(d=64), "head dim"),
+    ("dv64", dict(dv=64), "head dim"),
+    ("softcap", dict(softcap=5.0), "softcap"),
+    ("alibi", dict(alibi=True), "ALiBi"),
+    ("varlen", dict(varlen=True), "varlen"),
+    ("strides", dict(noncontig=True), "strides"),
+])
+def test_cuda_sm90_declines(what, kw, why, monkeypatch):
+    """What the sm90 forward does not take runs sm80 by default; forced to sm90 it raises,
+    naming the reason."""
+    monkeypatch.delenv("FLASHATTN_FORCE_BACKEND", raising=False)  # the default choice first
+    d, dv = kw.get("d", 128), kw.get("dv", kw.get("d", 128))
+    q = rand([2, 300, 4, d], torch.bfloat16, "cuda", kw.get("noncontig", False))
+    k = rand([2, 300, 4, d], torch.bfloat16, "cuda", kw.get("noncontig", False))
+    v = rand([2, 300, 4, dv], torch.bfloat16, "cuda", kw.get("noncontig", False))
+    opts = dict(softcap=kw.get("softcap", 0.0),
+                alibi_slopes=torch.rand(4, device="cuda") if kw.get("alibi") else None)
+    args = (q, k, v)
+    if kw.get("varlen"):
+        cu = torch.tensor([0, 250, 600], dtype=torch.int32, device="cuda")
+        args = (q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu)
+    assert flashattn.kernel_path(*args, **opts) == "sm80"
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    with pytest.raises(RuntimeError, match=f"FLASHATTN_FORCE_BACKEND=sm90, but the sm90 "
+                                           f"forward does not take this call: .*{why}"):
+        flashattn.kernel_path(*args, **opts)
+    with pytest.raises(RuntimeError, match="FLASHATTN_FORCE_BACKEND=sm90, but"):
+        if kw.get("varlen"):
+            flashattn.flash_attn_varlen_func(*args, 600, 600, **opts)
+        else:
+            flashattn.flash_attn_func(*args, **opts)
+
+
+# (batch, sq, sk, heads, causal, window): >= 3 key blocks, partial tiles, causal both ways,
+# windows, GQA / MQA, one row block, no key block for some rows.
+SM90_CASES = [
+    (2, 128, 128, "mha", False, (-1, -1)),
+    (2, 333, 517, "gqa", True, (-1, -1)),
+    (1, 517, 333, "mha", True, (-1, -1)),
+    (1, 1000, 1000, "mqa", False, (100, 20)),
+    (2, 1, 700, "gqa", False, (-1, -1)),
+    (1, 700, 700, "mha", False, (50, -1)),
+    (1, 257, 1, "mha", False, (-1, -1)),
+    (3, 1100, 900, "gqa", True, (-1, -1)),
+]
+
+
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", SM90_CASES, ids=lambda c: f"b{c[0]}-{c[1]}x{c[2]}-{c[3]}-"
+                         f"{'causal' if c[4] else 'w%dx%d' % c[5]}")
+@pytest.mark.parametrize("force", ["auto", "sm90"])
+def test_cuda_sm90_forward(case, dtype, force, monkeypatch):
+    """The sm90 forward (chosen by default, or forced) against the float64 reference; its
+    LSE feeds the sm80 backward, checked too."""
+    B, sq, sk, heads, causal, window = case
+    H, Hk = HEADS[heads]
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", force)
+    q, k, v = (rand([B, n, h, 128], dtype, "cuda") for n, h in ((sq, H), (sk, Hk), (sk, Hk)))
+    kw = dict(causal=causal, window_size=window)
+    assert flashattn.kernel_path(q, k, v, **kw) == "sm90"
+    assert flashattn.kernel_path(q, k, v, direction="bwd", **kw) == "sm80"
+    dout = rand([B, sq, H, 128], dtype, "cuda")
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    out, lse, _ = flashattn.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kw)
+    dq, dk, dv = torch.autograd.grad(out, (qg, kg, vg), dout)
+    ref, low = ref_and_lowp(q, k, v, dout, **kw)
+    check_results(dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv), ref, low, dtype)
+
+
+@needs_sm90
+def test_cuda_sm90_and_sm80_agree_with_reference(monkeypatch):
+    """Both backends on the same inputs, each within the rule of the reference."""
+    q, k, v = (rand([2, 640, 4, 128], torch.bfloat16, "cuda") for _ in range(3))
+    ref, low = ref_and_lowp(q, k, v, causal=True)
+    for force in ("sm90", "sm80"):
+        monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", force)
+        out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        check_results(dict(out=out, lse=lse), ref, low, torch.bfloat16, grads=False)
+
+
+# ---- the suite's rules, run on a generated test file in a subprocess ----
+
+_RULES_CONFTEST = """
+import importlib.util
+spec = importlib.util.spec_from_file_location("flashattn_conftest", {path!r})
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+pytest_runtest_makereport = mod.pytest_runtest_makereport
+FORCED = mod.FORCED_SM90_MARK
+"""
+
+_RULES_TESTS = """
+import pytest
+from conftest import FORCED
+
+def test_cuda_no_kernel():
+    pytest.skip("flashattn: the forward on CUDA tensors needs the CUDA kernels, but this build has none")
+
+def test_cuda_other_reason():
+    pytest.skip("a reason that is not a missing kernel")
+
+def test_cuda_forced_sm90():
+    raise RuntimeError("flashattn: " + FORCED + ": head dim (it takes 128)")
+
+def test_cpu_no_kernel():
+    pytest.skip("this build has no CUDA backward")
+"""
+
+
+@pytest.mark.parametrize("require", [False, True])
+def test_suite_rules(tmp_path, require):
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(
+        _RULES_CONFTEST.format(path=str(TESTS / "conftest.py"))))
+    (tmp_path / "test_rules.py").write_text(textwrap.dedent(_RULES_TESTS))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get(
+        "PYTHONPATH", "")]))
+    env.pop("FLASHATTN_REQUIRE_CUDA", None)
+    if require:
+        env["FLASHATTN_REQUIRE_CUDA"] = "1"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                        str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    want = "1 failed, 3 skipped" if require else "4 skipped"
+    assert want in out, out
+    assert "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take" in out, out
+    if require:
+        assert "FAILED test_rules.py::test_cuda_no_kernel" in out, out
