@@ -1,9 +1,12 @@
-"""The benchmark grid: flashattn against SDPA's flash, cuDNN and efficient backends.
+"""The benchmark grid: flashattn against SDPA's flash, cuDNN and efficient backends and
+FlashAttention-4 (`fa4`, whenever `import flash_attn.cute` succeeds).
 
 Grid (conventions.md): hidden 2048 (H = 2048/d), B = 16384/N, N in 512..16384,
 d in {64, 128, 256}, causal and not, fwd and bwd; TFLOP/s of the median CUDA-event time
-and our speed-up over each peer and the best one. Examples:
+and our speed-up over each peer and the best one. A peer that cannot be set up is left out
+(a rejected cell is null); --require-peer makes either an error. Examples:
   python benchmarks/bench_attn.py --json benchmarks/results/h200.json --plot /tmp/plots
+  python benchmarks/bench_attn.py --require-peer fa4 --json /tmp/h200.json   # FA4 or fail
   python benchmarks/bench_attn.py --d 128 --N 2048 8192 --modes fwd   # a quick subset
   python benchmarks/bench_attn.py --memory --modes                    # peak memory only
   python benchmarks/bench_attn.py --device cpu --N 512 --tokens 512 --hidden 256  # dry run
@@ -12,6 +15,7 @@ and our speed-up over each peer and the best one. Examples:
 import argparse
 import hashlib
 import datetime
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -34,6 +38,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--causal", nargs="+", type=int, default=[0, 1], choices=[0, 1])
     parser.add_argument("--dtype", default="bf16", choices=sorted(bench.DTYPES))
     parser.add_argument("--impls", nargs="+", help="keep only these implementations")
+    parser.add_argument("--require-peer", action="extend", nargs="+", default=[],
+                        choices=bench.PEER_NAMES, metavar="NAME",
+                        help="fail (no JSON) if this peer cannot be set up or gives no number "
+                             f"in any cell; repeatable ({', '.join(bench.PEER_NAMES)})")
     parser.add_argument("--deterministic", action="store_true",
                         help="also time our backward with deterministic=True (flashattn_det)")
     parser.add_argument("--tokens", type=int, default=16384, help="B * N of every cell")
@@ -79,6 +87,14 @@ def source_sha256() -> str:
     return digest.hexdigest()
 
 
+def package_version(dist: str) -> Optional[str]:
+    """The installed version of a distribution (as pip names it), None when absent."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def header(device: torch.device, args: argparse.Namespace) -> dict:
     cuda = device.type == "cuda"
     props = torch.cuda.get_device_properties(device) if cuda else None
@@ -87,6 +103,9 @@ def header(device: torch.device, args: argparse.Namespace) -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "fa4": package_version("flash-attn-4"),
+        "cutlass_dsl": package_version("nvidia-cutlass-dsl"),
+        "fa4_off": bench.unavailable_peers(device).get(bench.FA4),  # why no fa4 column
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **({"commit": args.commit, "dirty": None} if args.commit else git_commit()),
         "source_sha256": source_sha256(),
@@ -172,14 +191,39 @@ def plot(rows: list, names: list, out_dir: str) -> None:
         print(f"wrote {path}")
 
 
+def missing_peers(required: list, impls: list, device: torch.device,
+                  kept: Optional[list]) -> list:
+    """Why each required peer is not among the implementations (empty: all are)."""
+    names = [impl.name for impl in impls]
+    unavailable = bench.unavailable_peers(device)
+    return [f"{name}: " + (unavailable.get(name) or
+                           (f"left out by --impls {' '.join(kept)}" if kept else "not set up"))
+            for name in dict.fromkeys(required) if name not in names]
+
+
+def silent_peers(required: list, result: dict) -> list:
+    """The required peers without a number in any row (timing or memory) of the result."""
+    rows = result["rows"] + result.get("memory", [])
+    return [name for name in dict.fromkeys(required)
+            if not any(row.get(name) is not None for row in rows)]
+
+
 def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
     dtype = bench.DTYPES[args.dtype]
     impls = bench.implementations(device, args.impls, args.deterministic)
+    missing = missing_peers(args.require_peer, impls, device, args.impls)
+    if missing:
+        sys.exit("bench_attn.py: --require-peer: cannot set up " + "; ".join(missing))
     result = {"header": header(device, args), "rows": []}
-    print(f"flashattn vs SDPA on {result['header']['gpu'] or 'cpu'}, {args.dtype}, "
+    peers = [impl.name for impl in impls if impl.name not in bench.OURS_ALL]
+    print(f"flashattn vs {', '.join(peers) or 'no peer'} on "
+          f"{result['header']['gpu'] or 'cpu'}, {args.dtype}, "
           f"torch {torch.__version__}, commit {result['header']['commit'][:12]}")
+    if device.type == "cuda" and result["header"]["fa4_off"] and \
+            (args.impls is None or bench.FA4 in args.impls):
+        print(f"fa4 left out: {result['header']['fa4_off']}", file=sys.stderr)
     if args.modes:
         cells = [bench.grid_cell(mode, dtype, d, bool(causal), N, args.tokens, args.hidden)
                  for mode in args.modes for d in args.d for causal in args.causal
@@ -191,6 +235,13 @@ def main() -> None:
             result["memory"] = memory_rows(impls, dtype, device)
         else:
             print("--memory needs a CUDA device; skipped", file=sys.stderr)
+    silent = silent_peers(args.require_peer, result)
+    if silent:
+        memory = len(result.get("memory", []))
+        sys.exit(f"bench_attn.py: --require-peer: {', '.join(silent)} gave no number in any "
+                 f"of the {len(result['rows'])} cells" + (f" or {memory} memory rows"
+                                                          if memory else "")
+                 + " (rejections noted above); no JSON written")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -4,8 +4,9 @@
 
 Per mode a table of the cells: TFLOP/s per implementation, our speed-up over the reference
 peer (sdpa_flash) and over the best peer of the cell (and, with flashattn_det, our
-deterministic backward's speed over our default one); then a summary of those ratios
-(median and min) over the cells with d in {64, 128} and N >= 2048, and over all cells.
+deterministic backward's speed over our default one); then a summary of those ratios, and
+of our speed over sdpa_cudnn and FlashAttention-4 (fa4) where they ran, (median and min)
+over the cells with d in {64, 128} and N >= 2048, and over all cells.
 Needs only the JSON (no torch, no flashattn build).
 """
 
@@ -16,6 +17,8 @@ import statistics
 OURS = "flashattn"
 OURS_DET = "flashattn_det"  # ours with deterministic=True (bench_attn.py --deterministic)
 REFERENCE = "sdpa_flash"
+FA4 = "fa4"
+SUMMARY_PEERS = ("sdpa_cudnn", FA4)  # the strongest peers: the summary has ours over each
 
 
 def implementations(rows: list) -> list:
@@ -30,15 +33,18 @@ def det_ratio(row: dict):
     return det / default if det and default else None
 
 
+def over(row: dict, peer):
+    """Our TFLOP/s over the peer's (None where either is missing)."""
+    ours = row.get(OURS)
+    return ours / row[peer] if ours and peer and row.get(peer) else None
+
+
 def speedups(row: dict, peers: list, reference: str) -> tuple:
     """Our TFLOP/s over the reference peer's and over the best peer's (None where missing),
     and the best peer's name."""
     ran = [peer for peer in peers if row.get(peer)]
     best = max(ran, key=lambda peer: row[peer]) if ran else None
-    ours = row.get(OURS)
-    def over(peer):
-        return ours / row[peer] if ours and peer and row.get(peer) else None
-    return over(reference), over(best), best
+    return over(row, reference), over(row, best), best
 
 
 def fmt(value, spec: str = ".4g") -> str:
@@ -63,21 +69,36 @@ def cell_table(rows: list, names: list, reference: str) -> list:
 
 
 def summary_table(rows: list, names: list, reference: str) -> list:
+    """Per mode and subset: median and min of ours over the reference, the best peer and
+    each of SUMMARY_PEERS in the rows (each ratio over the cells where both ran)."""
     peers = [name for name in names if name not in (OURS, OURS_DET)]
+    extra = [peer for peer in SUMMARY_PEERS if peer in peers and peer != reference]
     subsets = (("d ∈ {64, 128}, N ≥ 2048", lambda r: r["d"] in (64, 128) and r["N"] >= 2048),
                ("whole grid", lambda r: True))
     lines = [f"| mode | subset | cells (ours missing) | median ×{reference} | min ×{reference} "
-             "| median ×best | min ×best |", "|---|---|---:|---:|---:|---:|---:|"]
+             "| median ×best | min ×best |"
+             + "".join(f" median ×{peer} | min ×{peer} |" for peer in extra),
+             "|---|---|---:|" + "---:|---:|" * (2 + len(extra))]
+    partial = []  # a peer that rejects cells: its ratios are over fewer cells than ×best's
     for mode in sorted({row["mode"] for row in rows}, key=["fwd", "bwd"].index):
         for label, keep in subsets:
-            ratios = [speedups(r, peers, reference) for r in rows if r["mode"] == mode and keep(r)]
+            cells = [r for r in rows if r["mode"] == mode and keep(r)]
+            best = [speedups(r, peers, reference)[1] for r in cells]
+            columns = {reference: [over(r, reference) for r in cells], "best": best,
+                       **{peer: [over(r, peer) for r in cells] for peer in extra}}
+            ran = sum(ratio is not None for ratio in best)  # cells with ours and a peer
             stats = []
-            for i in (0, 1):  # over the reference, over the best peer
-                values = [ratio[i] for ratio in ratios if ratio[i] is not None]
+            for peer, ratios in columns.items():
+                values = [ratio for ratio in ratios if ratio is not None]
                 stats += [statistics.median(values), min(values)] if values else [None, None]
-            missing = sum(1 for r in rows if r["mode"] == mode and keep(r) and r[OURS] is None)
-            lines.append(f"| {mode} | {label} | {len(ratios)} ({missing}) | "
+                if peer != "best" and len(values) < ran:
+                    partial.append(f"×{peer} {mode} {label}: {len(values)} of {ran}")
+            missing = sum(1 for r in cells if r[OURS] is None)
+            lines.append(f"| {mode} | {label} | {len(cells)} ({missing}) | "
                          + " | ".join(fmt(s, ".2f") for s in stats) + " |")
+    if partial:
+        lines += ["", "Ratios over fewer cells (the peer rejects the others): "
+                  + "; ".join(partial) + "."]
     return lines
 
 
@@ -117,10 +138,15 @@ def markdown(result: dict, reference: str) -> str:
     if reference not in names:
         reference = next((name for name in names if name not in (OURS, OURS_DET)), reference)
     dirty = " (+ uncommitted changes)" if head.get("dirty") else ""
-    out = [f"# flashattn vs SDPA on {head.get('gpu') or head.get('device')}", "",
-           f"torch {head['torch']}, CUDA {head['cuda']}, cuDNN {head['cudnn']}, "
+    fa4 = f"FlashAttention-4 {head['fa4']} (CuTe DSL {head.get('cutlass_dsl')}), " \
+        if head.get("fa4") else ""
+    out = [f"# flashattn vs SDPA{' and FlashAttention-4' if FA4 in names else ''} on "
+           f"{head.get('gpu') or head.get('device')}", "",
+           f"torch {head['torch']}, CUDA {head['cuda']}, cuDNN {head['cudnn']}, {fa4}"
            f"{head['date']}, commit {head['commit'][:12]}{dirty}"
            + (f" ({head['commit_note']})" if head.get("commit_note") else "") + ".", ""]
+    if FA4 not in names and head.get("fa4_off") and str(head.get("device")).startswith("cuda"):
+        out += [f"No fa4 column: {head['fa4_off']}.", ""]
     if rows:
         out += ["TFLOP/s (fwd 4·B·H·N²·d, halved when causal; bwd 2.5× fwd) of the median "
                 "time; "

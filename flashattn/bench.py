@@ -1,12 +1,14 @@
-"""Side-by-side timing of flashattn against torch's SDPA backends.
+"""Side-by-side timing of flashattn against torch's SDPA backends and FlashAttention-4.
 
 `python -m flashattn.bench` runs a small grid: on a GPU a few cells of the benchmark grid
-(bf16, fwd and bwd) against SDPA's flash, cuDNN and efficient backends; without one the
-CPU backend against torch's CPU SDPA. benchmarks/bench_attn.py runs the full grid with
+(bf16, fwd and bwd) against SDPA's flash, cuDNN and efficient backends, and against
+FlashAttention-4 (`fa4`, package flash-attn-4) when `flash_attn.cute` imports; without a GPU
+the CPU backend against torch's CPU SDPA. benchmarks/bench_attn.py runs the full grid with
 the timing and FLOP code of this module (the package cannot import benchmarks/).
 """
 
 import contextlib
+import functools
 import math
 import statistics
 import sys
@@ -30,6 +32,9 @@ SDPA_PEERS = (
     ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
     ("sdpa_eff", SDPBackend.EFFICIENT_ATTENTION),
 )
+SDPA_CPU = "sdpa"  # torch's CPU SDPA, the peer on the CPU
+FA4 = "fa4"  # FlashAttention-4's flash_attn.cute.flash_attn_func (CUDA only)
+PEER_NAMES = tuple(name for name, _ in SDPA_PEERS) + (SDPA_CPU, FA4)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DEFAULT_L2_BYTES = 60 * 2**20  # H100/H200; used when the device does not report it
 
@@ -106,6 +111,7 @@ class Impl:
     heads_first: bool  # SDPA wants contiguous (B, H, N, d); ours takes (B, N, H, d)
     context: Callable[[], ContextManager] = contextlib.nullcontext
     modes: tuple = ("fwd", "bwd")  # the cell modes it is timed on
+    rejects: tuple = (RuntimeError,)  # the exceptions by which it rejects a cell (attempt)
 
 
 def _sdpa(q, k, v, causal):
@@ -120,10 +126,40 @@ def _ours_det(q, k, v, causal):
     return flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=True)
 
 
+@functools.lru_cache(maxsize=None)
+def fa4_func() -> tuple:
+    """(FlashAttention-4's flash_attn_func, None), or (None, why it does not import)."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as err:  # ImportError, or the CuTe DSL failing to load its libraries
+        return None, f"import flash_attn.cute failed: {type(err).__name__}: {err}"
+    return flash_attn_func, None
+
+
+def _fa4(func: Callable) -> Callable:
+    """FA4's call on (B, N, H, d), like ours; this version returns (out, lse): keep out."""
+    def fn(q, k, v, causal):
+        out = func(q, k, v, causal=causal)
+        return out[0] if isinstance(out, tuple) else out
+    return fn
+
+
+def unavailable_peers(device: torch.device) -> dict:
+    """The peers (PEER_NAMES) that implementations() cannot set up here, each with why."""
+    cuda = device.type == "cuda"
+    reasons = {SDPA_CPU: "torch's CPU SDPA is the peer on the CPU only"} if cuda else \
+        {name: "a forced SDPA backend needs a CUDA device" for name, _ in SDPA_PEERS}
+    func, why = fa4_func()
+    if func is None or not cuda:
+        reasons[FA4] = why or "FlashAttention-4 runs on CUDA devices only"
+    return reasons
+
+
 def implementations(device: torch.device, names: Optional[list] = None,
                     deterministic: bool = False) -> list:
-    """Ours and the SDPA peers: on a GPU each SDPA backend forced, on the CPU torch's
-    default CPU SDPA (named "sdpa"). deterministic: also ours with deterministic=True on the
+    """Ours and the peers: on a GPU each SDPA backend forced and FlashAttention-4 ("fa4")
+    when flash_attn.cute imports (unavailable_peers says why not), on the CPU torch's
+    default CPU SDPA ("sdpa"). deterministic: also ours with deterministic=True on the
     backward cells. `names` keeps only those named."""
     impls = [Impl(OURS, _ours, heads_first=False)]
     if deterministic:
@@ -131,8 +167,13 @@ def implementations(device: torch.device, names: Optional[list] = None,
     if device.type == "cuda":
         impls += [Impl(name, _sdpa, True, lambda b=backend: sdpa_kernel(b))
                   for name, backend in SDPA_PEERS]
+        func, _ = fa4_func()
+        if func is not None:
+            # FA4 rejects a cell with assertions, ValueError, NotImplementedError or a CuTe
+            # DSL error (an Exception, not a RuntimeError): any of them makes the cell null.
+            impls.append(Impl(FA4, _fa4(func), heads_first=False, rejects=(Exception,)))
     else:
-        impls.append(Impl("sdpa", _sdpa, heads_first=True))
+        impls.append(Impl(SDPA_CPU, _sdpa, heads_first=True))
     return [impl for impl in impls if names is None or impl.name in names]
 
 
@@ -183,19 +224,21 @@ _reported = set()  # (implementation, reason) pairs already noted on stderr
 
 
 def attempt(impl: Impl, cell: Cell, fn: Callable):
-    """fn() inside impl's context; None if the implementation rejects the cell (the
-    first cell it rejects for a given reason is noted on stderr). Ours only rejects with
-    its own named errors ("flashattn ..."); anything else of ours (a CUDA error, out of
-    memory) ends the run instead of becoming a silent gap in the table."""
+    """fn() inside impl's context; None if the implementation rejects the cell, by one of
+    impl.rejects (the first cell it rejects for a given reason is noted on stderr). Ours
+    only rejects with its own named errors ("flashattn ..."); anything else of ours (a CUDA
+    error, out of memory) ends the run instead of becoming a silent gap in the table."""
     try:
         with impl.context(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SDPA warns at length before it rejects
             return fn()
-    except RuntimeError as err:
+    except impl.rejects as err:
         if impl.name == OURS and (isinstance(err, torch.cuda.OutOfMemoryError)
                                   or not str(err).lstrip().startswith("flashattn")):
             raise
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        reason = (str(err).strip().splitlines() or [""])[0][:160]
+        if not isinstance(err, RuntimeError) or not reason:  # an assert's bare message
+            reason = f"{type(err).__name__}: {reason}" if reason else type(err).__name__
         if (impl.name, reason) not in _reported:
             _reported.add((impl.name, reason))
             print(f"  {impl.name} rejects {cell}: {reason} (not repeated for later cells)",
@@ -217,12 +260,17 @@ def measure(impl: Impl, cell: Cell, device: torch.device, timing: Timing) -> Opt
 
 
 def kernel_path(cell: Cell, device: torch.device) -> Optional[str]:
-    """flashattn.kernel_path for the cell's inputs; None while the API lacks it or when no
+    """flashattn.kernel_path for the cell's inputs: the forward's backend, on bwd cells
+    "<fwd>+<bwd>" (the timed backward runs both); None while the API lacks it or when no
     kernel takes the cell (measuring ours then says why)."""
     path_fn = getattr(flashattn, "kernel_path", None)
+    if path_fn is None:
+        return None
     q = torch.empty(cell.shape(heads_first=False), device=device, dtype=cell.dtype)
+    directions = ("fwd", "bwd") if cell.mode == "bwd" else ("fwd",)
     try:
-        return path_fn(q, q, q, causal=cell.causal) if path_fn else None
+        return "+".join(path_fn(q, q, q, causal=cell.causal, direction=direction)
+                        for direction in directions)
     except RuntimeError:
         return None
 
@@ -274,7 +322,7 @@ class TablePrinter:
         if self.det:
             ratios.append("det/def")
         self.columns = ["mode", "d", "causal", "N", "B", "H", "path"] + names + ratios
-        self.widths = [4, 3, 6, 5, 3, 3, 14] + [max(len(n), 10) for n in names] + [8] * len(ratios)
+        self.widths = [4, 3, 6, 5, 3, 3, 17] + [max(len(n), 10) for n in names] + [8] * len(ratios)
 
     def _line(self, cells: list) -> str:
         return "  ".join(str(c).rjust(w) for c, w in zip(cells, self.widths))
@@ -295,7 +343,7 @@ class TablePrinter:
         if self.det:
             ratios.append(det_ratio(row))
         cells = [row["mode"], row["d"], int(row["causal"]), row["N"], row["B"], row["H"],
-                 (row["path"] or "-")[:14]]
+                 (row["path"] or "-")[:17]]
         return self._line(cells + values + [num(r, ".3f") for r in ratios])
 
 
@@ -320,11 +368,14 @@ def grid_cell(mode: str, dtype: torch.dtype, d: int, causal: bool, N: int,
 def main() -> None:
     if torch.cuda.is_available():
         device = torch.device("cuda")
-        print(f"flashattn vs SDPA on {torch.cuda.get_device_name(device)}, bf16, "
-              "hidden 2048, 16k tokens per batch")
+        impls = implementations(device)
+        fa4_off = unavailable_peers(device).get(FA4)
+        print(f"flashattn vs SDPA{'' if fa4_off else ' and FA4'} on "
+              f"{torch.cuda.get_device_name(device)}, bf16, hidden 2048, 16k tokens per batch"
+              + (f" (fa4 off: {fa4_off})" if fa4_off else ""))
         cells = [grid_cell(mode, torch.bfloat16, d, causal, N) for mode in ("fwd", "bwd")
                  for d in (64, 128) for causal in (False, True) for N in (2048, 8192)]
-        run_cells(cells, implementations(device), device, Timing(warmup_ms=25, rep_ms=100))
+        run_cells(cells, impls, device, Timing(warmup_ms=25, rep_ms=100))
     else:
         device = torch.device("cpu")
         print(f"flashattn CPU backend vs torch CPU SDPA, fp32, {torch.get_num_threads()} "
