@@ -126,7 +126,7 @@ fi
 if has bench; then
   t0=$(date +%s)
   if [ -f .peers/b/env.sh ]; then source .peers/b/env.sh; fi
-  PYTHONPATH=$PWD $PY benchmarks/bench_attn.py --json "$OUT/h200.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/bench_attn.py --json "$OUT/h200.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
   rc=$?
   $PY benchmarks/make_table.py "$OUT/h200.json" > "$OUT/h200.md" 2>> "$OUT/bench.log"
   note "bench: rc=$rc ($(( $(date +%s) - t0 )) s)"
