@@ -84,9 +84,9 @@ inline const char* fwd_unsupported(const FwdParams& p) {
   return nullptr;
 }
 
-template <int kHeadDim, typename Element>
-void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
-  static_assert(kHeadDim == kFwdD, "the sm90 forward exists for head dim 128 only");
+// One launch of the kernel with a given consumer schedule (the self-test times them all).
+template <typename Element, int kSchedule>
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (const char* why = fwd_unsupported(p))
     throw std::runtime_error(std::string("flashattn sm90 fwd: unsupported call: ") + why);
   if (p.seqlen_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
@@ -104,12 +104,18 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
                     bshd_map<Element>(p.v_ptr, p.seqlen_k, p.nheads_k, p.batch, p.v_row_stride,
                                       p.v_head_stride, p.v_batch_stride, kFwdBN)};
   const int64_t m_blocks = (p.seqlen_q + kFwdBM - 1) / kFwdBM;
-  auto kernel = fwd_kernel_sm90<Element>;
+  auto kernel = fwd_kernel_sm90<Element, kSchedule>;
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdSmem));
   const dim3 grid(static_cast<unsigned>(m_blocks), p.nheads, p.batch);
   kernel<<<grid, kFwdThreads, kFwdSmem, stream>>>(p, maps);
   FLASHATTN_LAUNCH_CHECK();
+}
+
+template <int kHeadDim, typename Element>
+void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
+  static_assert(kHeadDim == kFwdD, "the sm90 forward exists for head dim 128 only");
+  launch_fwd_sm90<Element, fwd_schedule(kHeadDim)>(p, stream);
 }
 
 }  // namespace flashattn::sm90

@@ -89,6 +89,23 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
+// Named barriers (ids 1..15; 0 is __syncthreads): `threads` counts the arrivals of both sides
+// (a multiple of 32). sync waits for them; arrive counts this warp's and goes on.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// 2^x by the SFU alone (ex2.approx.ftz: one MUFU, subnormals flushed; exp2f adds range
+// fix-ups around it). 2^-inf = +0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Ordinary shared-memory stores that the tensor cores or TMA read next: in each writing
 // thread, before the CTA barrier.
 __device__ __forceinline__ void fence_async_shared() {

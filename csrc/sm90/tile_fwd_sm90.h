@@ -23,4 +23,11 @@ constexpr FwdTile fwd_tile(int head_dim) {
   return head_dim == 128 ? FwdTile{128, 128, FLASHATTN_SM90_FWD_STAGES, 384} : FwdTile{0, 0, 0, 0};
 }
 
+// The consumer schedule (kernel_fwd_sm90.cuh: 0 serial, 1 intra-warpgroup overlap, 2 overlap
+// + ping-pong between the two consumer warpgroups).
+#ifndef FLASHATTN_SM90_FWD_SCHEDULE
+#define FLASHATTN_SM90_FWD_SCHEDULE 2
+#endif
+constexpr int fwd_schedule(int /*head_dim*/) { return FLASHATTN_SM90_FWD_SCHEDULE; }
+
 }  // namespace flashattn::sm90
