@@ -3,7 +3,8 @@
 // outputs (NaN) and guard zones to catch unwritten or out-of-bounds elements; then TFLOP/s
 // over the benchmark grid (bf16, hidden 2048, B = 16384 / N).
 // Build: nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 -I csrc
-//        tools/selftest_fwd_sm80.cu csrc/sm80/dispatch_fwd_sm80.cu csrc/instantiations/fwd_*.cu
+//        tools/selftest/selftest_fwd_sm80.cu csrc/sm80/dispatch_fwd_sm80.cu
+//        csrc/instantiations/fwd_sm80_*.cu
 // Run:   ./selftest [--no-bench] [--no-test] [--variants]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "../csrc/common/mask.h"
-#include "../csrc/common/params.h"
-#include "../csrc/common/seqlen.h"
-#include "../csrc/sm80/launch_fwd_sm80.cuh"
-#include "../csrc/sm80/sm80_backend.h"
+#include "common/mask.h"
+#include "common/params.h"
+#include "common/seqlen.h"
+#include "sm80/launch_fwd_sm80.cuh"
+#include "sm80/sm80_backend.h"
 #include "selftest_util.cuh"
 
 

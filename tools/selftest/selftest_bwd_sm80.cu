@@ -4,7 +4,7 @@
 //   A="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -I csrc"
 //   for d in 32 64 96 128 192 256; do
 //     nvcc $A -c csrc/instantiations/bwd_sm80_hdim${d}_bf16.cu -o h$d.o & done
-//   nvcc $A -c tools/selftest_bwd_sm80.cu -o st.o; wait
+//   nvcc $A -c tools/selftest/selftest_bwd_sm80.cu -o st.o; wait
 //   nvcc $A st.o h*.o -o selftest_bwd && ./selftest_bwd [--bench [d256]]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

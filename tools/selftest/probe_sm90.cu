@@ -3,7 +3,7 @@
 // bf16; S = Q K^T by WGMMA from shared memory (both K-major); P = bf16(S / 16) kept in
 // registers as the A operand of O = P V (V N-major, the transposed-B descriptor). Both
 // checked against a float64 CPU reference. No torch. On the H200:
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc tools/probe_sm90.cu \
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc tools/selftest/probe_sm90.cu \
 //     -o probe_sm90 && ./probe_sm90
 #include <cuda.h>  // CUtensorMap and its enums (types only: no libcuda to link)
 #include <cudaTypedefs.h>

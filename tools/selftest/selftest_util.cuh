@@ -1,4 +1,4 @@
-// Shared by the standalone CUDA self-tests in tools/ (no torch): error checks and timing.
+// Shared by the standalone CUDA self-tests in tools/selftest/ (no torch): error checks and timing.
 #pragma once
 #include <cuda_runtime.h>
 

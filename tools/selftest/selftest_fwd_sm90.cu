@@ -4,7 +4,7 @@
 //   A="-std=c++17 -O3 -I csrc"; S80="-gencode=arch=compute_90,code=sm_90"
 //   for f in csrc/sm80/dispatch_fwd_sm80.cu csrc/instantiations/fwd_sm80_*.cu; do
 //     nvcc $A $S80 -c $f -o /tmp/$(basename $f .cu).o & done
-//   nvcc $A -gencode=arch=compute_90a,code=sm_90a -c tools/selftest_fwd_sm90.cu -o /tmp/st90.o
+//   nvcc $A -gencode=arch=compute_90a,code=sm_90a -c tools/selftest/selftest_fwd_sm90.cu -o /tmp/st90.o
 //   wait; nvcc /tmp/*.o -o selftest_fwd_sm90 && ./selftest_fwd_sm90 [--no-bench]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
