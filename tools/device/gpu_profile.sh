@@ -2,8 +2,8 @@
 # One device call for kernel tuning: builds the standalone self-tests (no torch build), runs
 # their benchmarks and an Nsight Compute profile of our backward against SDPA flash's.
 # Env: NCU=1 (profile PROFILE_CELLS, "d N causal" triples, default "128 8192 0;64 8192 0"),
-# DIAG=1 / VARIANTS (A/B of sed-edited copies, see below), TILES=1 (selftest_bwd --tiles / --tiles256), FWD=0,
-# BWD_BENCH= (correctness only, no timing grid).
+# VARIANTS (A/B of sed-edited copies, see below), TILES=1 (selftest_bwd --tiles / --tiles256),
+# FWD=0, BWD_BENCH= (correctness only, no timing grid).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 A="-std=c++17 -O3 -lineinfo -gencode=arch=compute_90,code=sm_90 -I csrc ${EXTRA_NVCC:-}"
@@ -28,9 +28,8 @@ if [ "${FWD:-1}" = 1 ]; then
   $B/selftest_fwd --no-bench --variants > "$OUT/fwd_variants.log" 2>&1; echo "fwd selftest rc=$?"
   grep -vE " ok$" "$OUT/fwd_variants.log" | tail -n 60
 fi
-# Variants of the backward (csrc copied, one sed applied): name|file under csrc|sed expr.
-# DIAG=1 adds the stage-left-out diagnostics (wrong results; timing only). VARIANTS (";"-
-# separated entries) adds others; each is timed --one against the base, interleaved.
+# Variants of the backward (csrc copied, one sed applied): VARIANTS, ";"-separated entries
+# name|file under csrc|sed expr; each is timed --one against the base, interleaved.
 variant() {  # name, file, sed expression
   rm -rf /tmp/var_$1; cp -r csrc /tmp/var_$1; sed -i "$3" /tmp/var_$1/$2
   cmp -s csrc/$2 /tmp/var_$1/$2 && echo "variant $1: the sed changed nothing" && return
@@ -39,7 +38,6 @@ variant() {  # name, file, sed expression
   done
 }
 VLIST="${VARIANTS:-}"
-[ "${DIAG:-0}" = 1 ] && VLIST="no_dq|sm80/kernel_bwd_sm80.cuh|s/^    red_acc<kMT3/    if (0) red_acc<kMT3/;$VLIST"
 names=()
 IFS=';' read -ra ventries <<< "$VLIST"
 for e in "${ventries[@]}"; do

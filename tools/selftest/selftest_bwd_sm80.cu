@@ -324,26 +324,23 @@ static std::vector<Case> selftest_cases() {
 
 int main(int argc, char** argv) {
   // --one d N causal det: time one cell only (for a profiler).
-  // --tiles: other tile shapes for d64 / d128, each checked on the cases of its bucket, then
-  // timed. Candidates: the current tiles with heavy-first launch order (causal cells gain,
-  // if any); d64 32 x 256 (half the dQ REDs, P^T in registers, 96 KB); tiles of
-  // <= 99 KB for sm_86 / sm_89 (d32 64 KB, d96 88 KB, d128 72 KB, d192 76 KB). d256 does not
-  // fit with these kernels: one Q / dO stage and 4 warps spill 500 B (128 dK / dV registers);
-  // FA2 keeps V in registers and single-buffers there.
+  // --tiles: the package's tiles below d256, each checked on the cases of its bucket, then
+  // timed: d64 / d128 per head against heavy-first (the package's order), and the <= 99 KB
+  // tiles for sm_86 / sm_89 (BwdTileSmallSmem, in the package's order). d256 has none: one
+  // Q / dO stage and 4 warps spill 500 B (128 dK / dV registers); FA2 keeps V in registers.
+  // d64 32 x 256 (P^T in registers) was measured slower (benchmarks/NOTES.md) and dropped.
   if (argc == 2 && std::string(argv[1]) == "--tiles") {
     struct Cand { const char* name; int d; void (*run)(const BwdParams&); };
     const Cand cands[] = {
-        {"d64 128x128 (current)", 64, run_tile<sm80::BwdTileFor<64>::type>},
-        {"d64 32x256 w8 (8,8,2)", 64, run_tile<sm80::BwdTile<64, 32, 256, 8, 8, 8, 2>>},
-        {"d64 64x128 w8 (4,4,4) FA2's", 64, run_tile<sm80::BwdTile<64, 64, 128, 8, 4, 4, 4>>},
+        {"d64 128x128 per head", 64, run_tile<sm80::BwdTileFor<64>::type>},
         {"d64 128x128 heavy-first", 64, run_tile<sm80::BwdTileFor<64>::type, true>},
-        {"d128 64x128 (current)", 128, run_tile<sm80::BwdTileFor<128>::type>},
+        {"d64 64x128 small smem", 64, run_tile<sm80::BwdTileSmallSmem<64>::type, true>},
+        {"d128 64x128 per head", 128, run_tile<sm80::BwdTileFor<128>::type>},
         {"d128 64x128 heavy-first", 128, run_tile<sm80::BwdTileFor<128>::type, true>},
-        {"d128 32x64 w8 (4,4,2)", 128, run_tile<sm80::BwdTile<128, 32, 64, 8, 4, 4, 2>>},
-        // <= 99 KB for sm_86 / sm_89 (their current tiles need 112-160 KB).
-        {"d32 64x128 w8 (4,4,4)", 32, run_tile<sm80::BwdTile<32, 64, 128, 8, 4, 4, 4>>},
-        {"d96 64x64 w8 (4,4,4)", 96, run_tile<sm80::BwdTile<96, 64, 64, 8, 4, 4, 4>>},
-        {"d192 32x32 w4 (2,1,2)", 192, run_tile<sm80::BwdTile<192, 32, 32, 4, 2, 1, 2>>},
+        {"d128 32x64 small smem", 128, run_tile<sm80::BwdTileSmallSmem<128>::type, true>},
+        {"d32 64x128 small smem", 32, run_tile<sm80::BwdTileSmallSmem<32>::type, true>},
+        {"d96 64x64 small smem", 96, run_tile<sm80::BwdTileSmallSmem<96>::type, true>},
+        {"d192 32x32 w4 small smem", 192, run_tile<sm80::BwdTileSmallSmem<192>::type, true>},
     };
     const unsigned seed = std::random_device{}();
     std::mt19937 rng(seed);
@@ -362,9 +359,8 @@ int main(int argc, char** argv) {
     return fails != 0;
   }
 #ifndef SELFTEST_ONLY_64_128
-  // --tiles256: d256 causal (BwdTileLargeSmem), launch order per head against heavy-first (the
-  // package's); the package benchmark's d256 causal N = 1k fell 0.97 -> 0.88 x SDPA flash
-  // between dc3aea0 and f2aae58 (heavy-first and the interleaved dQ REDs came in between).
+  // --tiles256: d256 causal (BwdTileLargeSmem), launch order per head (the package's below 2k
+  // keys) against heavy-first (from 2k keys).
   if (argc == 2 && std::string(argv[1]) == "--tiles256") {
     using L = sm80::BwdTileLargeSmem<256>::type;
     for (int N : {512, 1024, 2048, 8192}) {
