@@ -1,5 +1,5 @@
 """Runs one forward benchmark cell a few times, ours or SDPA flash's (for a profiler).
-Usage: python tools/fwd_one.py ours|sdpa d N causal"""
+Usage: python tools/device/fwd_one.py ours|sdpa d N causal"""
 import sys
 
 import torch

@@ -1,10 +1,11 @@
-// Standalone self-test of the sm80 backward (no torch): random inputs, a float64 CPU
-// reference forward + backward, max relative errors of dq / dk / dv, a NaN-poisoned output
-// check, a determinism check, and timings. Links the bf16 instantiations:
+// Standalone self-test of the sm80 backward (no torch): random inputs, the float64 CPU
+// reference forward + backward (params and reference: selftest_problem.h), max relative
+// errors of dq / dk / dv, a NaN-poisoned output check, a determinism check, and timings.
+// Links the bf16 instantiations:
 //   A="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -I csrc"
 //   for d in 32 64 96 128 192 256; do
 //     nvcc $A -c csrc/instantiations/bwd_sm80_hdim${d}_bf16.cu -o h$d.o & done
-//   nvcc $A -c tools/selftest_bwd_sm80.cu -o st.o; wait
+//   nvcc $A -c tools/selftest/selftest_bwd_sm80.cu -o st.o; wait
 //   nvcc $A st.o h*.o -o selftest_bwd && ./selftest_bwd [--bench [d256]]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,9 +21,11 @@
 #include <vector>
 
 #include "sm80/launch_bwd_sm80.cuh"
+#include "selftest_problem.h"
 #include "selftest_util.cuh"
 
 using namespace flashattn;
+namespace st = flashattn::selftest;
 using bf16 = __nv_bfloat16;
 
 namespace flashattn::sm80 {
@@ -57,73 +60,6 @@ struct Case {
 };
 
 static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
-
-struct Host {
-  std::vector<float> q, k, v, dout, o, lse, dq, dk, dv;
-};
-
-// Reference in float64 on inputs already rounded to bf16. Layout (total, heads, dim).
-static void reference(const Case& c, const std::vector<int>& q0, const std::vector<int>& k0,
-                      Host& t, float scale, const std::vector<float>& slopes) {
-  const int H = c.H, Hk = c.Hk, d = c.d, dv = c.dv, g = H / Hk;
-  for (int b = 0; b < c.B; ++b)
-    for (int h = 0; h < H; ++h) {
-      const int sq = c.lq[b], sk = c.lk[b], hk = h / g, shift = sk - sq;
-      std::vector<double> P(size_t(sq) * sk), T(size_t(sq) * sk), Dv(sq);
-      for (int i = 0; i < sq; ++i) {
-        double mx = -INFINITY;
-        std::vector<double> s(sk);
-        for (int j = 0; j < sk; ++j) {
-          double acc = 0;
-          for (int e = 0; e < d; ++e)
-            acc += double(t.q[(size_t(q0[b] + i) * H + h) * d + e]) *
-                   t.k[(size_t(k0[b] + j) * Hk + hk) * d + e];
-          double x = acc * scale, th = 0;
-          if (c.softcap > 0) { th = std::tanh(x / c.softcap); x = c.softcap * th; }
-          T[size_t(i) * sk + j] = th;
-          x -= slopes[b * H + h] * std::abs(i + shift - j);
-          bool vis = (c.wl < 0 || j >= i + shift - c.wl) && (c.wr < 0 || j <= i + shift + c.wr);
-          s[j] = vis ? x : -INFINITY;
-          mx = std::max(mx, s[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j < sk; ++j) sum += mx == -INFINITY ? 0 : std::exp(s[j] - mx);
-        const double lse = sum > 0 ? mx + std::log(sum) : -INFINITY;
-        t.lse[size_t(h) * t.lse.size() / H + q0[b] + i] = float(lse);
-        for (int j = 0; j < sk; ++j) P[size_t(i) * sk + j] = sum > 0 ? std::exp(s[j] - lse) : 0;
-        double dsum = 0;
-        for (int e = 0; e < dv; ++e) {
-          double o = 0;
-          for (int j = 0; j < sk; ++j)
-            o += P[size_t(i) * sk + j] * t.v[(size_t(k0[b] + j) * Hk + hk) * dv + e];
-          t.o[(size_t(q0[b] + i) * H + h) * dv + e] = bf(float(o));
-          dsum += o * t.dout[(size_t(q0[b] + i) * H + h) * dv + e];
-        }
-        Dv[i] = dsum;
-      }
-      for (int i = 0; i < sq; ++i)
-        for (int j = 0; j < sk; ++j) {
-          const double p = P[size_t(i) * sk + j];
-          if (p == 0) continue;
-          double dp = 0;
-          for (int e = 0; e < dv; ++e)
-            dp += double(t.dout[(size_t(q0[b] + i) * H + h) * dv + e]) *
-                  t.v[(size_t(k0[b] + j) * Hk + hk) * dv + e];
-          double ds = p * (dp - Dv[i]);
-          if (c.softcap > 0) { const double th = T[size_t(i) * sk + j]; ds *= 1 - th * th; }
-          ds *= scale;
-          for (int e = 0; e < d; ++e) {
-            t.dq[(size_t(q0[b] + i) * H + h) * d + e] +=
-                float(ds * t.k[(size_t(k0[b] + j) * Hk + hk) * d + e]);
-            t.dk[(size_t(k0[b] + j) * Hk + hk) * d + e] +=
-                float(ds * t.q[(size_t(q0[b] + i) * H + h) * d + e]);
-          }
-          for (int e = 0; e < dv; ++e)
-            t.dv[(size_t(k0[b] + j) * Hk + hk) * dv + e] +=
-                float(p * t.dout[(size_t(q0[b] + i) * H + h) * dv + e]);
-        }
-    }
-}
 
 // -DSELFTEST_ONLY_64_128: link only the d64 / d128 instantiations (quick A/B builds); the
 // cases of other buckets are skipped.
@@ -196,105 +132,75 @@ static DevRun launch(BwdParams p, size_t nq, size_t nk, size_t nv) {
   return r;
 }
 
-static float u16_to_f(uint16_t x) {
-  uint32_t u = uint32_t(x) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // max |a - ref| / max |ref|; counts non-finite outputs.
-static double rel_err(const std::vector<uint16_t>& a, const std::vector<float>& ref, int* bad) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const float x = u16_to_f(a[i]);
-    if (!std::isfinite(x)) { ++*bad; continue; }
-    num = std::max(num, std::abs(double(x) - ref[i]));
-    den = std::max(den, std::abs(double(ref[i])));
-  }
-  return den > 0 ? num / den : num;
+static double rel_err(const std::vector<uint16_t>& a, const std::vector<double>& ref, int* bad) {
+  st::ErrStats e;
+  for (size_t i = 0; i < a.size(); ++i) e.add(to_float(a[i], false), ref[i]);
+  *bad += int(e.nonfinite);
+  return e.rel();
 }
 
 static bool run_case(const Case& c, std::mt19937& rng) {
   const int B = c.B, H = c.H, Hk = c.Hk, d = c.d, dv = c.dv;
-  std::vector<int> q0(B + 1, 0), k0(B + 1, 0);
   int maxq = 0, maxk = 0;
   for (int b = 0; b < B; ++b) {
     maxq = std::max(maxq, c.lq[b]);
     maxk = std::max(maxk, c.lk[b]);
   }
-  for (int b = 0; b < B; ++b) {
-    q0[b + 1] = q0[b] + (c.varlen ? c.lq[b] : maxq);
-    k0[b + 1] = k0[b] + (c.varlen ? c.lk[b] : maxk);
-  }
-  const int tq = q0[B], tk = k0[B];
+  for (int b = 0; b < B; ++b)
+    if (!c.varlen && (c.lq[b] != maxq || c.lk[b] != maxk)) {
+      std::printf("%-34s FAIL  padded case with unequal lengths\n", c.name.c_str());
+      return false;
+    }
+  const st::Sizes sz = c.varlen ? st::Sizes::packed(c.lq, c.lk, H, Hk, d, dv)
+                                : st::Sizes::padded(B, maxq, maxk, H, Hk, d, dv);
+  const int64_t tq = sz.total_q(), tk = sz.total_k();
   std::normal_distribution<float> nd(0.f, 1.f);
-  Host t;
+  st::HostInputs t;
   auto fill = [&](std::vector<float>& x, size_t n) {
     x.resize(n);
     for (auto& e : x) e = bf(nd(rng));
   };
   fill(t.q, size_t(tq) * H * d); fill(t.k, size_t(tk) * Hk * d);
   fill(t.v, size_t(tk) * Hk * dv); fill(t.dout, size_t(tq) * H * dv);
-  t.o.assign(size_t(tq) * H * dv, 0.f);
-  t.lse.assign(size_t(tq) * H, 0.f);
-  t.dq.assign(t.q.size(), 0.f); t.dk.assign(t.k.size(), 0.f); t.dv.assign(t.v.size(), 0.f);
   std::vector<float> slopes(B * H, 0.f);
-  if (c.alibi)
+  if (c.alibi) {
     for (auto& s : slopes) s = std::uniform_real_distribution<float>(0.f, 0.3f)(rng);
-  const float scale = 1.f / std::sqrt(float(d));
-  reference(c, q0, k0, t, scale, slopes);
-
-  // Device inputs. The LSE is (H, total_q) here for both modes; padded mode views it as
-  // (B, H, Sq) with batch stride Sq... so lay padded LSE out as (B, H, Sq) instead.
-  std::vector<float> lse_dev(t.lse.size());
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < H; ++h)
-      for (int i = 0; i < (c.varlen ? c.lq[b] : maxq); ++i) {
-        const float l = t.lse[size_t(h) * tq + q0[b] + i];
-        if (c.varlen) lse_dev[size_t(h) * tq + q0[b] + i] = l;
-        else lse_dev[(size_t(b) * H + h) * maxq + i] = l;
-      }
-  BwdParams p;
-  p.q_ptr = dev(to_bf(t.q)); p.k_ptr = dev(to_bf(t.k)); p.v_ptr = dev(to_bf(t.v));
-  p.o_ptr = dev(to_bf(t.o)); p.do_ptr = dev(to_bf(t.dout));
-  p.lse_ptr = dev(lse_dev);
-  float* dsum;
-  CK(cudaMalloc(&dsum, t.lse.size() * 4));
-  p.dsoftmax_sum = dsum;
-  std::vector<int32_t> cq(q0.begin(), q0.end()), ck(k0.begin(), k0.end());
-  p.batch = B; p.nheads = H; p.nheads_k = Hk; p.headdim = d; p.headdim_v = dv;
-  p.seqlen_q = maxq; p.seqlen_k = maxk; p.total_q = tq; p.total_k = tk;
-  p.q_row_stride = int64_t(H) * d; p.q_head_stride = d;
-  p.k_row_stride = int64_t(Hk) * d; p.k_head_stride = d;
-  p.v_row_stride = int64_t(Hk) * dv; p.v_head_stride = dv;
-  p.o_row_stride = p.do_row_stride = int64_t(H) * dv; p.o_head_stride = p.do_head_stride = dv;
-  p.dq_row_stride = p.q_row_stride; p.dq_head_stride = d;
-  p.dk_row_stride = p.k_row_stride; p.dk_head_stride = d;
-  p.dv_row_stride = p.v_row_stride; p.dv_head_stride = dv;
-  if (c.varlen) {
-    p.is_varlen = true;
-    p.cu_seqlens_q = dev(cq); p.cu_seqlens_k = dev(ck);
-    p.lse_head_stride = tq;
-  } else {
-    p.q_batch_stride = p.dq_batch_stride = int64_t(maxq) * H * d;
-    p.k_batch_stride = p.dk_batch_stride = int64_t(maxk) * Hk * d;
-    p.v_batch_stride = p.dv_batch_stride = int64_t(maxk) * Hk * dv;
-    p.o_batch_stride = p.do_batch_stride = int64_t(maxq) * H * dv;
-    p.lse_batch_stride = int64_t(H) * maxq; p.lse_head_stride = maxq;
+    t.alibi_slopes = slopes;
   }
-  p.dtype = DType::kBFloat16;
-  p.softmax_scale = scale; p.softmax_scale_log2 = scale * 1.4426950408889634f;
-  p.softcap = c.softcap; p.window_left = c.wl; p.window_right = c.wr;
-  if (c.alibi) { p.alibi_slopes = dev(slopes); p.alibi_batch_stride = H; }
-  p.deterministic = c.deterministic;
+
+  st::Options opt;
+  opt.window_left = c.wl;
+  opt.window_right = c.wr;
+  opt.softcap = c.softcap;
+  if (c.alibi) { opt.alibi_slopes = dev(slopes); opt.alibi_batch_stride = H; }
+  opt.deterministic = c.deterministic;
+  st::BwdTensors dt;
+  dt.q.ptr = dev(to_bf(t.q)); dt.k.ptr = dev(to_bf(t.k)); dt.v.ptr = dev(to_bf(t.v));
+  dt.dout.ptr = dev(to_bf(t.dout));
+  CK(cudaMalloc(&dt.lse, std::max<int64_t>(1, tq * H) * 4));
+  CK(cudaMalloc(&dt.dsoftmax_sum, std::max<int64_t>(1, tq * H) * 4));
+  if (c.varlen) {
+    dt.cu_seqlens_q = dev(sz.cu_q);
+    dt.cu_seqlens_k = dev(sz.cu_k);
+  }
+  // The forward's out (rounded to bf16) and lse come from the reference. dq / dk / dv: launch().
+  bf16* o_dev;
+  CK(cudaMalloc(&o_dev, std::max<int64_t>(1, tq * H * dv) * 2));
+  dt.out.ptr = o_dev;
+  const BwdParams p = st::bwd_params(sz, dt, opt);
+  const st::Reference ref = st::reference(sz, p, t, true);
+  std::vector<float> o(ref.out.begin(), ref.out.end()), lse(ref.lse.begin(), ref.lse.end());
+  const std::vector<bf16> o_bf = to_bf(o);
+  CK(cudaMemcpy(o_dev, o_bf.data(), o_bf.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dt.lse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
   if (c.det_chunk > 0) setenv("FLASHATTN_BWD_DET_CHUNK", std::to_string(c.det_chunk).c_str(), 1);
   else unsetenv("FLASHATTN_BWD_DET_CHUNK");
 
   DevRun r = launch(p, t.q.size(), t.k.size(), t.v.size());
   int bad = 0;
-  const double eq = rel_err(r.dq, t.dq, &bad), ek = rel_err(r.dk, t.dk, &bad),
-               ev = rel_err(r.dv, t.dv, &bad);
+  const double eq = rel_err(r.dq, ref.dq, &bad), ek = rel_err(r.dk, ref.dk, &bad),
+               ev = rel_err(r.dv, ref.dv, &bad);
   bool same = true;
   if (c.deterministic) {
     for (int rep = 0; rep < 3; ++rep) {
@@ -326,24 +232,13 @@ static void bench(int d, int N, bool causal, bool deterministic) {
   std::vector<float> hl(size_t(B) * H * N, 12.f);
   CK(cudaMalloc(&lse, hl.size() * 4)); CK(cudaMalloc(&dsum, hl.size() * 4));
   CK(cudaMemcpy(lse, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
-  BwdParams p;
-  p.q_ptr = q; p.k_ptr = k; p.v_ptr = v; p.o_ptr = o; p.do_ptr = dout;
-  p.dq_ptr = dq; p.dk_ptr = dk; p.dv_ptr = dv; p.lse_ptr = lse; p.dsoftmax_sum = dsum;
-  p.batch = B; p.nheads = p.nheads_k = H; p.headdim = p.headdim_v = d;
-  p.seqlen_q = p.seqlen_k = N; p.total_q = p.total_k = int64_t(B) * N;
-  const int64_t rs = int64_t(H) * d, bs = int64_t(N) * H * d;
-  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = p.do_row_stride = rs;
-  p.dq_row_stride = p.dk_row_stride = p.dv_row_stride = rs;
-  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = p.do_head_stride = d;
-  p.dq_head_stride = p.dk_head_stride = p.dv_head_stride = d;
-  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = bs;
-  p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = bs;
-  p.lse_batch_stride = int64_t(H) * N; p.lse_head_stride = N;
-  p.dtype = DType::kBFloat16;
-  p.softmax_scale = 1.f / std::sqrt(float(d));
-  p.softmax_scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  p.window_right = causal ? 0 : -1;
-  p.deterministic = deterministic;
+  st::Options opt;
+  opt.causal = causal;
+  opt.deterministic = deterministic;
+  st::BwdTensors t;
+  t.q.ptr = q; t.k.ptr = k; t.v.ptr = v; t.out.ptr = o; t.lse = lse;
+  t.dout.ptr = dout; t.dq.ptr = dq; t.dk.ptr = dk; t.dv.ptr = dv; t.dsoftmax_sum = dsum;
+  BwdParams p = st::bwd_params(st::Sizes::padded(B, N, N, H, H, d, d), t, opt);
   BwdWorkspaceSizes ws = workspace(p);
   float* wf; int32_t* wi;
   CK(cudaMalloc(&wf, std::max<int64_t>(1, ws.f32_elems) * 4));
@@ -429,26 +324,23 @@ static std::vector<Case> selftest_cases() {
 
 int main(int argc, char** argv) {
   // --one d N causal det: time one cell only (for a profiler).
-  // --tiles: other tile shapes for d64 / d128, each checked on the cases of its bucket, then
-  // timed. Candidates: the current tiles with heavy-first launch order (causal cells gain,
-  // if any); d64 32 x 256 (half the dQ REDs, P^T in registers, 96 KB); tiles of
-  // <= 99 KB for sm_86 / sm_89 (d32 64 KB, d96 88 KB, d128 72 KB, d192 76 KB). d256 does not
-  // fit with these kernels: one Q / dO stage and 4 warps spill 500 B (128 dK / dV registers);
-  // FA2 keeps V in registers and single-buffers there.
+  // --tiles: the package's tiles below d256, each checked on the cases of its bucket, then
+  // timed: d64 / d128 per head against heavy-first (the package's order), and the <= 99 KB
+  // tiles for sm_86 / sm_89 (BwdTileSmallSmem, in the package's order). d256 has none: one
+  // Q / dO stage and 4 warps spill 500 B (128 dK / dV registers); FA2 keeps V in registers.
+  // d64 32 x 256 (P^T in registers) was measured slower (benchmarks/NOTES.md) and dropped.
   if (argc == 2 && std::string(argv[1]) == "--tiles") {
     struct Cand { const char* name; int d; void (*run)(const BwdParams&); };
     const Cand cands[] = {
-        {"d64 128x128 (current)", 64, run_tile<sm80::BwdTileFor<64>::type>},
-        {"d64 32x256 w8 (8,8,2)", 64, run_tile<sm80::BwdTile<64, 32, 256, 8, 8, 8, 2>>},
-        {"d64 64x128 w8 (4,4,4) FA2's", 64, run_tile<sm80::BwdTile<64, 64, 128, 8, 4, 4, 4>>},
+        {"d64 128x128 per head", 64, run_tile<sm80::BwdTileFor<64>::type>},
         {"d64 128x128 heavy-first", 64, run_tile<sm80::BwdTileFor<64>::type, true>},
-        {"d128 64x128 (current)", 128, run_tile<sm80::BwdTileFor<128>::type>},
+        {"d64 64x128 small smem", 64, run_tile<sm80::BwdTileSmallSmem<64>::type, true>},
+        {"d128 64x128 per head", 128, run_tile<sm80::BwdTileFor<128>::type>},
         {"d128 64x128 heavy-first", 128, run_tile<sm80::BwdTileFor<128>::type, true>},
-        {"d128 32x64 w8 (4,4,2)", 128, run_tile<sm80::BwdTile<128, 32, 64, 8, 4, 4, 2>>},
-        // <= 99 KB for sm_86 / sm_89 (their current tiles need 112-160 KB).
-        {"d32 64x128 w8 (4,4,4)", 32, run_tile<sm80::BwdTile<32, 64, 128, 8, 4, 4, 4>>},
-        {"d96 64x64 w8 (4,4,4)", 96, run_tile<sm80::BwdTile<96, 64, 64, 8, 4, 4, 4>>},
-        {"d192 32x32 w4 (2,1,2)", 192, run_tile<sm80::BwdTile<192, 32, 32, 4, 2, 1, 2>>},
+        {"d128 32x64 small smem", 128, run_tile<sm80::BwdTileSmallSmem<128>::type, true>},
+        {"d32 64x128 small smem", 32, run_tile<sm80::BwdTileSmallSmem<32>::type, true>},
+        {"d96 64x64 small smem", 96, run_tile<sm80::BwdTileSmallSmem<96>::type, true>},
+        {"d192 32x32 w4 small smem", 192, run_tile<sm80::BwdTileSmallSmem<192>::type, true>},
     };
     const unsigned seed = std::random_device{}();
     std::mt19937 rng(seed);
@@ -467,9 +359,8 @@ int main(int argc, char** argv) {
     return fails != 0;
   }
 #ifndef SELFTEST_ONLY_64_128
-  // --tiles256: d256 causal (BwdTileLargeSmem), launch order per head against heavy-first (the
-  // package's); the package benchmark's d256 causal N = 1k fell 0.97 -> 0.88 x SDPA flash
-  // between dc3aea0 and f2aae58 (heavy-first and the interleaved dQ REDs came in between).
+  // --tiles256: d256 causal (BwdTileLargeSmem), launch order per head (the package's below 2k
+  // keys) against heavy-first (from 2k keys).
   if (argc == 2 && std::string(argv[1]) == "--tiles256") {
     using L = sm80::BwdTileLargeSmem<256>::type;
     for (int N : {512, 1024, 2048, 8192}) {

@@ -1,10 +1,15 @@
-// Shared by the standalone CUDA self-tests in tools/ (no torch): error checks and timing.
+// Shared by the standalone CUDA self-tests in tools/selftest/ (no torch): error checks,
+// 16-bit conversions, timing. Their sizes, params and reference: selftest_problem.h.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CK(x)                                                                               \
@@ -15,6 +20,23 @@
       std::exit(1);                                                                         \
     }                                                                                       \
   } while (0)
+
+// The bits of an fp16 (fp16) or bf16 element, and back (round to nearest even).
+inline float to_float(uint16_t x, bool fp16) {
+  if (fp16) {
+    __half_raw r;
+    r.x = x;
+    return __half2float(__half(r));
+  }
+  const uint32_t u = uint32_t(x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t from_float(float f, bool fp16) {
+  if (fp16) return __half_raw(__float2half_rn(f)).x;
+  return __nv_bfloat16_raw(__float2bfloat16_rn(f)).x;
+}
 
 // Median milliseconds of 15 timed calls of f (CUDA events, default stream) after 3 warm-ups.
 template <typename F>

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # A/B timing of the sm80 backward: the working tree against an older tree in $AB_BASE
 # (default ab_base, from `git archive <rev> csrc tools | tar -x -C ab_base`, rev >= c2979e1
-# for the self-test's --one), each built with its own self-test, d64 and d128 only
-# (-DSELFTEST_ONLY_64_128) unless ALL_DIMS=1, binaries run alternately on the same cells.
-# Carry ab_base.
+# for the self-test's --one), each built with its own self-test (tools/selftest/, or tools/ in
+# trees from before that folder), d64 and d128 only (-DSELFTEST_ONLY_64_128) unless
+# ALL_DIMS=1, binaries run alternately on the same cells. Carry ab_base.
 # TREES="ab_base ab_x ..." compares more trees (each with csrc/ and tools/, carried too);
-# PATCHES="tools/variants/x.patch ..." adds one tree per patch (the working tree, patched);
-# "x.patch+y.patch" is one tree with both.
+# PATCHES="x.patch ..." (paths from the repository root, carried) adds one tree per patch
+# (the working tree, patched); "x.patch+y.patch" is one tree with both.
 # Without ab_base and TREES, only the working tree and the patched copies run.
 set -uo pipefail
 TREES="${TREES:-${AB_BASE:-ab_base}}"
@@ -26,8 +26,12 @@ if [ "${ALL_DIMS:-0}" = 1 ]; then DIMS="32 64 96 128 192 256"; A="${A% -D*}"; fi
 t0=$(date +%s)
 names="new"; for t in $TREES; do names="$names $(basename $t)"; done
 for v in $names; do
-  src=csrc; st=tools/selftest_bwd_sm80.cu
-  for t in $TREES; do [ "$(basename $t)" = $v ] && src=$t/csrc && st=$t/tools/selftest_bwd_sm80.cu; done
+  src=csrc; st=tools/selftest/selftest_bwd_sm80.cu
+  for t in $TREES; do
+    [ "$(basename $t)" = $v ] || continue
+    src=$t/csrc; st=$t/tools/selftest/selftest_bwd_sm80.cu
+    [ -f $st ] || st=$t/tools/selftest_bwd_sm80.cu  # trees from before tools/selftest/
+  done
   mkdir -p $B/$v
   for d in $DIMS; do nvcc $A -I $src -c $src/instantiations/bwd_sm80_hdim${d}_bf16.cu -o $B/$v/h$d.o & done
   nvcc $A -I $src -c $st -o $B/$v/st.o &
@@ -53,7 +57,7 @@ if [ "${FULL:-1}" = 1 ]; then  # every head-dim bucket of the working tree: corr
   for d in 32 96 192 256; do nvcc $A2 -c csrc/instantiations/bwd_sm80_hdim${d}_bf16.cu -o $B/new/h$d.o & done
   nvcc $A2 -c csrc/instantiations/bwd_sm80_hdim64_bf16.cu -o $B/new/f64.o &
   nvcc $A2 -c csrc/instantiations/bwd_sm80_hdim128_bf16.cu -o $B/new/f128.o &
-  nvcc $A2 -c tools/selftest_bwd_sm80.cu -o $B/new/stf.o &
+  nvcc $A2 -c tools/selftest/selftest_bwd_sm80.cu -o $B/new/stf.o &
   wait
   nvcc $A2 $B/new/stf.o $B/new/f64.o $B/new/f128.o $B/new/h32.o $B/new/h96.o $B/new/h192.o $B/new/h256.o -o $B/new/selftest_full &&
     $B/new/selftest_full --bench d256 | grep -vE " ok$"

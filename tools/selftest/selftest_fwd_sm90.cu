@@ -1,11 +1,13 @@
-// Self-test of the Hopper forward (csrc/sm90/kernel_fwd_sm90.cuh), no torch: odd
-// shapes against a float64 CPU reference (out and lse, NaN-poisoned outputs), then TFLOP/s
-// beside the sm80 kernel on the benchmark's d128 cells, in the same process. On the H200:
-//   A="-std=c++17 -O3 -I csrc"; S80="-gencode=arch=compute_90,code=sm_90"
+// Self-test of the Hopper forward (csrc/sm90/kernel_fwd_sm90.cuh), no torch: odd shapes
+// against the float64 CPU reference of selftest_problem.h (out and lse, NaN-poisoned outputs;
+// params built as the package builds them), then TFLOP/s beside the sm80 kernel on the
+// benchmark's d128 cells, in the same process. On the H200:
+//   A="-std=c++17 -O3 -I csrc"; O=/tmp/st90; mkdir -p $O
+//   S80="-gencode=arch=compute_90,code=sm_90"; S90="-gencode=arch=compute_90a,code=sm_90a"
 //   for f in csrc/sm80/dispatch_fwd_sm80.cu csrc/instantiations/fwd_sm80_*.cu; do
-//     nvcc $A $S80 -c $f -o /tmp/$(basename $f .cu).o & done
-//   nvcc $A -gencode=arch=compute_90a,code=sm_90a -c tools/selftest_fwd_sm90.cu -o /tmp/st90.o
-//   wait; nvcc /tmp/*.o -o selftest_fwd_sm90 && ./selftest_fwd_sm90 [--no-bench]
+//     nvcc $A $S80 -c $f -o $O/$(basename $f .cu).o & done
+//   nvcc $A $S90 -c tools/selftest/selftest_fwd_sm90.cu -o $O/selftest_fwd_sm90.o
+//   wait; nvcc $O/*.o -o selftest_fwd_sm90 && ./selftest_fwd_sm90 [--no-bench]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -18,21 +20,25 @@
 
 #include "sm80/sm80_backend.h"
 #include "sm90/launch_fwd_sm90.cuh"
+#include "selftest_problem.h"
 #include "selftest_util.cuh"
 
 using namespace flashattn;
+namespace st = flashattn::selftest;
 using bf16 = __nv_bfloat16;
 
-
+// d128 bf16, padded (B, S, H, 128) contiguous; windows as the API takes them (wr 0: causal).
 struct Problem {
   int B, H, Hk, sq, sk, wl, wr;
+  st::Sizes sz;
   bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
   float* lse = nullptr;
-  std::vector<float> hq, hk, hv;
+  st::HostInputs host;
   FwdParams p;
 
   Problem(int B_, int H_, int Hk_, int sq_, int sk_, int wl_, int wr_, unsigned seed)
-      : B(B_), H(H_), Hk(Hk_), sq(sq_), sk(sk_), wl(wl_), wr(wr_) {
+      : B(B_), H(H_), Hk(Hk_), sq(sq_), sk(sk_), wl(wl_), wr(wr_),
+        sz(st::Sizes::padded(B_, sq_, sk_, H_, Hk_, 128, 128)) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.f, 1.f);
     auto make = [&](bf16** dev, std::vector<float>& host, size_t n) {
@@ -46,26 +52,15 @@ struct Problem {
       CK(cudaMemcpy(*dev, b.data(), n * 2, cudaMemcpyHostToDevice));
     };
     const int d = 128;
-    make(&q, hq, size_t(B) * sq * H * d);
-    make(&k, hk, size_t(B) * sk * Hk * d);
-    make(&v, hv, size_t(B) * sk * Hk * d);
+    make(&q, host.q, size_t(B) * sq * H * d);
+    make(&k, host.k, size_t(B) * sk * Hk * d);
+    make(&v, host.v, size_t(B) * sk * Hk * d);
     CK(cudaMalloc(&o, size_t(B) * sq * H * d * 2));
     CK(cudaMalloc(&lse, size_t(B) * H * sq * 4));
-    p.q_ptr = q; p.k_ptr = k; p.v_ptr = v; p.o_ptr = o; p.lse_ptr = lse;
-    p.q_row_stride = p.o_row_stride = int64_t(H) * d;
-    p.q_head_stride = p.o_head_stride = d;
-    p.q_batch_stride = p.o_batch_stride = int64_t(sq) * H * d;
-    p.k_row_stride = p.v_row_stride = int64_t(Hk) * d;
-    p.k_head_stride = p.v_head_stride = d;
-    p.k_batch_stride = p.v_batch_stride = int64_t(sk) * Hk * d;
-    p.lse_batch_stride = int64_t(H) * sq;
-    p.lse_head_stride = sq;
-    p.batch = B; p.nheads = H; p.nheads_k = Hk; p.headdim = p.headdim_v = d;
-    p.seqlen_q = sq; p.seqlen_k = sk; p.total_q = int64_t(B) * sq; p.total_k = int64_t(B) * sk;
-    p.dtype = DType::kBFloat16;
-    p.softmax_scale = 1.f / std::sqrt(float(d));
-    p.softmax_scale_log2 = p.softmax_scale * 1.4426950408889634f;
-    p.window_left = wl; p.window_right = wr;
+    st::Options opt;
+    opt.window_left = wl;
+    opt.window_right = wr;
+    p = st::fwd_params(sz, {{q}, {k}, {v}, {o}, lse, nullptr, nullptr}, opt);
   }
   ~Problem() {
     for (void* x : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)lse}) cudaFree(x);
@@ -78,7 +73,11 @@ struct Problem {
 // Max error of out (relative to its max) and of lse (absolute) against float64.
 template <typename Run>
 static bool check(Problem& pr, const char* name, Run&& run) {
-  const int d = 128, g = pr.H / pr.Hk;
+  const int d = 128;
+  if (const char* why = sm90::fwd_unsupported(pr.p)) {
+    std::printf("%-40s declined: %s  FAIL\n", name, why);
+    return false;
+  }
   CK(cudaMemset(pr.o, 0xFF, size_t(pr.B) * pr.sq * pr.H * d * 2));
   CK(cudaMemset(pr.lse, 0xFF, size_t(pr.B) * pr.H * pr.sq * 4));
   run(pr.p);
@@ -87,52 +86,17 @@ static bool check(Problem& pr, const char* name, Run&& run) {
   std::vector<float> gl(size_t(pr.B) * pr.H * pr.sq);
   CK(cudaMemcpy(go.data(), pr.o, go.size() * 2, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(gl.data(), pr.lse, gl.size() * 4, cudaMemcpyDeviceToHost));
-  const MaskInfo mi{pr.sq, pr.sk, pr.wl, pr.wr};
-  double err_o = 0, max_o = 0, err_l = 0;
-  int bad = 0;
-  std::vector<double> sc(pr.sk), acc(d);
-  for (int b = 0; b < pr.B; ++b)
-    for (int h = 0; h < pr.H; ++h)
-      for (int i = 0; i < pr.sq; ++i) {
-        const float* qi = &pr.hq[((size_t(b) * pr.sq + i) * pr.H + h) * d];
-        double mx = -INFINITY;
-        for (int j = 0; j < pr.sk; ++j) {
-          if (!mi.visible(i, j)) { sc[j] = -INFINITY; continue; }
-          const float* kj = &pr.hk[((size_t(b) * pr.sk + j) * pr.Hk + h / g) * d];
-          double s = 0;
-          for (int c = 0; c < d; ++c) s += double(qi[c]) * kj[c];
-          sc[j] = s * pr.p.softmax_scale;
-          mx = std::max(mx, sc[j]);
-        }
-        double sum = 0;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int j = 0; j < pr.sk; ++j) {
-          if (sc[j] == -INFINITY) continue;
-          const double w = std::exp(sc[j] - mx);
-          sum += w;
-          const float* vj = &pr.hv[((size_t(b) * pr.sk + j) * pr.Hk + h / g) * d];
-          for (int c = 0; c < d; ++c) acc[c] += w * vj[c];
-        }
-        const double lse = sum > 0 ? mx + std::log(sum) : -INFINITY;
-        const float gl_i = gl[(size_t(b) * pr.H + h) * pr.sq + i];
-        if (std::isinf(lse)) {
-          if (!(std::isinf(gl_i) && gl_i < 0)) ++bad;
-        } else if (!std::isfinite(gl_i)) {
-          ++bad;
-        } else {
-          err_l = std::max(err_l, std::fabs(gl_i - lse));
-        }
-        for (int c = 0; c < d; ++c) {
-          const double want = sum > 0 ? acc[c] / sum : 0.0;
-          const float got = __bfloat162float(go[((size_t(b) * pr.sq + i) * pr.H + h) * d + c]);
-          if (!std::isfinite(got)) { ++bad; continue; }
-          err_o = std::max(err_o, std::fabs(got - want));
-          max_o = std::max(max_o, std::fabs(want));
-        }
-      }
-  const double rel_o = err_o / std::max(max_o, 1e-6);
+  // Both laid out as the kernel writes them: out (B * sq, H, d), lse (B, H, sq).
+  const st::Reference ref = st::reference(pr.sz, pr.p, pr.host, false);
+  st::ErrStats eo;
+  double err_l = 0;
+  int64_t bad = 0;
+  for (size_t i = 0; i < gl.size(); ++i) st::check_lse(gl[i], ref.lse[i], err_l, bad);
+  for (size_t i = 0; i < go.size(); ++i) eo.add(__bfloat162float(go[i]), ref.out[i]);
+  bad += eo.nonfinite;
+  const double rel_o = eo.max_err / std::max(eo.max_ref, 1e-6);
   const bool ok = bad == 0 && rel_o < 1e-2 && err_l < 1e-3;
-  std::printf("%-40s out %.2e lse %.2e nonfinite %d  %s\n", name, rel_o, err_l, bad,
+  std::printf("%-40s out %.2e lse %.2e nonfinite %d  %s\n", name, rel_o, err_l, int(bad),
               ok ? "ok" : "FAIL");
   return ok;
 }

@@ -2,9 +2,10 @@
 // TMA loads (128-byte swizzle, completing on an mbarrier) of Q (64 x 128), K and V (128 x 128)
 // bf16; S = Q K^T by WGMMA from shared memory (both K-major); P = bf16(S / 16) kept in
 // registers as the A operand of O = P V (V N-major, the transposed-B descriptor). Both
-// checked against a float64 CPU reference. No torch. On the H200:
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc tools/probe_sm90.cu \
-//     -o probe_sm90 && ./probe_sm90
+// checked against float64 CPU products (plain GEMMs: not selftest_problem.h's attention
+// reference). No torch. On the H200:
+//   A="-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc"
+//   nvcc $A tools/selftest/probe_sm90.cu -o probe_sm90 && ./probe_sm90
 #include <cuda.h>  // CUtensorMap and its enums (types only: no libcuda to link)
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
