@@ -50,7 +50,7 @@ void launch_fwd_variants(const FwdParams& p, cudaStream_t stream, int heavy_min_
   const bool score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
   // Causal (a right bound, no left one) gives later query blocks more keys: launch every
   // head's longest blocks first (H200, bf16: +3-10% at d 64-256, N 512-16k;
-  // tools/selftest_fwd). The kernel's linear block index is 32-bit: only below 2^31 blocks.
+  // selftest_fwd_sm80). The kernel's linear block index is 32-bit: only below 2^31 blocks.
   const bool heavy_first = p.seqlen_q >= heavy_min_seqlen &&
       heavy_first_ok(p.window_left, p.window_right, m_blocks * p.nheads * p.batch);
   if (even_k) {

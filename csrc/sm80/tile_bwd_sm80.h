@@ -48,7 +48,7 @@ struct BwdTile {
   static constexpr int kSmemBytes = kSmemElems * 2 + 2 * kStages * kBlockM * 4;  // + LSE, D
 };
 
-// Measured on the H200 (bf16, hidden 2048, tools/selftest_bwd_sm80.cu, 2026-11-29), TFLOP/s
+// Measured on the H200 (bf16, hidden 2048, tools/selftest/selftest_bwd_sm80, 2026-11-29), TFLOP/s
 // at N = 8192 non-causal / causal, with the masking and alignment tests hoisted out of the
 // element / chunk loops (kernel_bwd_sm80.cuh):
 //   d128: FA2's layouts below (P^T and dS^T through smem, 32x32 S^T warp tiles) 272 / 249;

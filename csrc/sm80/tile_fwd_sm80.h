@@ -14,7 +14,7 @@ struct FwdTile {
   int min_blocks;    // __launch_bounds__ min CTAs per SM (2 = at most 255 regs/thread at 4 warps)
 };
 
-// Choices (H200, bf16, hidden 2048, timed side by side with tools/selftest_fwd_sm80.cu
+// Choices (H200, bf16, hidden 2048, timed side by side with tools/selftest/selftest_fwd_sm80.cu
 // --variants, 2026-11-29; medians of 15 launches):
 //  d <= 64 : 128 x 128, 4 warps (32 rows/warp): each K fragment feeds two MMAs. 128 x 64 was
 //            6% slower; one K/V stage was within 1% of two.

@@ -2,7 +2,7 @@
 // included), GQA. One CTA per 128 query rows of a (head, batch). Warpgroup 0 loads with TMA:
 // Q once, K and V through a ring of full and empty mbarriers. Warpgroups 1 and 2 take 64 query
 // rows each: S = Q K^T and O += P V by WGMMA, the online softmax in registers between them.
-// Host side: launch_fwd_sm90.cuh; torch-free checks: tools/selftest_fwd_sm90.cu.
+// Host side: launch_fwd_sm90.cuh; torch-free checks: tools/selftest/selftest_fwd_sm90.cu.
 #pragma once
 #include <cuda.h>  // CUtensorMap (types only)
 #include <cuda_bf16.h>
@@ -37,14 +37,13 @@ constexpr int kFwdSmem = kFwdSmemBar + 128 + 1024;  // + alignment slack
 static_assert((1 + 4 * kFwdStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
 static_assert(kFwdSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
 
-// Consumer schedules (the self-test times each):
-//   kSerial   : per key block S = Q K^T, wait, softmax, O += P V, wait (tensor cores idle
-//               through every softmax).
+// Consumer schedules (the self-test times each; the serial one, S, wait, softmax, P V, wait,
+// measured 10-15% slower than both, is gone: git has it):
 //   kOverlap  : S of block j + 1 issued with P V of block j, the softmax of j + 1 under P V
 //               (FA3's intra-warpgroup overlap); K released once S is done, V after P V.
 //   kPingPong : kOverlap, and the two warpgroups take turns issuing their MMAs (named
 //               barriers), so one's softmax runs under the other's GEMMs (FA3's ping-pong).
-enum FwdSchedule : int { kSerial = 0, kOverlap = 1, kPingPong = 2 };
+enum FwdSchedule : int { kOverlap = 1, kPingPong = 2 };
 
 struct KeyBlocks {
   int lo, hi;  // key blocks [lo, hi) meet some row of the query block
@@ -213,22 +212,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   };
 
   if (n_iters > 0) mbar_wait(q_full, 0);
-  if constexpr (kSchedule == kSerial) {
-    for (int it = 0; it < n_iters; ++it) {
-      wait_k(it);
-      issue_qk(it);
-      wgmma_wait<0>();
-      wgmma_fence_operands(s);
-      release_k(it);
-      softmax(it, pa);
-      rescale_o();
-      wait_v(it);
-      issue_pv(it, pa);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o);
-      release_v(it);
-    }
-  } else if (n_iters > 0) {
+  if (n_iters > 0) {
     // Turns: S_0; then (S_{j+1}, P_j V_j) for j < n - 1; then P_{n-1} V_{n-1}. Warpgroup 1
     // lets warpgroup 0 take the first turn and skips its own last arrive, so every sync has
     // its arrive and none is left over.

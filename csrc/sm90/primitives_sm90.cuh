@@ -1,6 +1,6 @@
-// Hopper (sm_90a) building blocks: mbarriers, TMA tile loads, WGMMA shared-memory descriptors
-// and the warpgroup MMAs the forward uses. Checked on the H200 by tools/probe_sm90.cu (a TMA +
-// WGMMA S = Q K^T, O = P V tile against a CPU reference) before any kernel is built on them.
+// Hopper (sm_90a) building blocks: mbarriers, TMA tile loads, WGMMA shared-memory descriptors,
+// named barriers and the warpgroup MMAs the forward uses. Checked on the H200 by
+// tools/selftest/probe_sm90.cu (a TMA + WGMMA S = Q K^T, O = P V tile against a CPU reference).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -7,11 +7,11 @@ set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT" /tmp/st
 if [ -f .peers/a/part_aa ]; then mkdir -p /tmp/fa4 && cp .peers/a/part_aa /tmp/fa4/; fi
-A="-std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -Itools ${SELFTEST_FLAGS:-}"
+A="-std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -Itools/selftest ${SELFTEST_FLAGS:-}"
 t0=$(date +%s)
 ( for f in csrc/sm80/dispatch_fwd_sm80.cu csrc/instantiations/fwd_sm80_*.cu; do
     nvcc $A -gencode=arch=compute_90,code=sm_90 -c $f -o /tmp/st/$(basename $f .cu).o & done
-  nvcc $A -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -c tools/selftest_fwd_sm90.cu \
+  nvcc $A -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -c tools/selftest/selftest_fwd_sm90.cu \
     -o /tmp/st/selftest90.o > "$OUT/selftest_ptxas.log" 2>&1 & wait
   nvcc /tmp/st/*.o -o /tmp/st/selftest_fwd_sm90 ) > "$OUT/selftest_build.log" 2>&1 &
 st_pid=$!
