@@ -10,11 +10,15 @@
 #include "../common/cuda_check.h"
 #include "../common/params.h"
 #include "../common/static_switch.h"
+#include "../common/tile_policy.h"
 #include "launch_fwd_sm90.cuh"
 #include "sm90_backend.h"
 
 namespace flashattn::sm90 {
 
+static_assert(sizeof(kFwdHeadDims) == sizeof(int) && kFwdHeadDims[0] == 128 &&
+                  headdim_bucket(128, 128) == 128,
+              "run_fwd below must switch over every head dim of kFwdHeadDims (a bucket)");
 extern template void run_fwd_hdim<128, __half>(const FwdParams&, cudaStream_t);
 extern template void run_fwd_hdim<128, __nv_bfloat16>(const FwdParams&, cudaStream_t);
 
