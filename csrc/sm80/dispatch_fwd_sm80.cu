@@ -24,9 +24,11 @@ void run_fwd_hdim(const FwdParams&, cudaStream_t);
 FLASHATTN_FOR_EACH_HEADDIM(FLASHATTN_FWD_EXTERN)
 #undef FLASHATTN_FWD_EXTERN
 
-// The targets setup.py compiled this family for (TORCH_CUDA_ARCH_LIST); the defaults match
-// setup.py's when built without it (the tools/ self-tests).
-#ifndef FLASHATTN_SM80_SASS
+// The targets setup.py compiled this family for (TORCH_CUDA_ARCH_LIST, written into a generated
+// header); the defaults match setup.py's when built without it (the tools/ self-tests).
+#if __has_include("build_targets.h")
+#include "build_targets.h"
+#else
 #define FLASHATTN_SM80_SASS 80, 90
 #define FLASHATTN_SM80_PTX 90
 #endif
