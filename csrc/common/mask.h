@@ -28,6 +28,16 @@ struct MaskInfo {
     const int32_t hi = window_right >= 0 ? i + shift() + window_right + 1 : seqlen_k;
     return hi < 0 ? 0 : (hi > seqlen_k ? seqlen_k : hi);
   }
+  // Blocks of block_n keys holding every key visible to some row of [row_first, row_last]:
+  // [lo, hi), lo == hi when none (a row's visible keys are one interval; both ends grow).
+  struct BlockRange {
+    int32_t lo, hi;
+  };
+  FLASHATTN_HOST_DEVICE BlockRange key_blocks(int32_t row_first, int32_t row_last,
+                                              int32_t block_n) const {
+    const int32_t kb = key_begin(row_first), ke = key_end(row_last);
+    return ke > kb ? BlockRange{kb / block_n, (ke + block_n - 1) / block_n} : BlockRange{0, 0};
+  }
   // Queries that see key j are [query_begin(j), query_end(j)) (the backward's key-block view).
   FLASHATTN_HOST_DEVICE int32_t query_begin(int32_t j) const {
     const int32_t lo = window_right >= 0 ? j - shift() - window_right : 0;

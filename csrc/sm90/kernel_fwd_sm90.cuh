@@ -45,16 +45,6 @@ static_assert(kFwdSmem <= 232448, "Hopper's opt-in shared memory per block (227 
 //               barriers), so one's softmax runs under the other's GEMMs (FA3's ping-pong).
 enum FwdSchedule : int { kOverlap = 1, kPingPong = 2 };
 
-struct KeyBlocks {
-  int lo, hi;  // key blocks [lo, hi) meet some row of the query block
-};
-__device__ __forceinline__ KeyBlocks key_blocks(const MaskInfo& mi, int m0) {
-  const int last = min(m0 + kFwdBM, mi.seqlen_q) - 1;
-  const int kb = mi.key_begin(m0), ke = mi.key_end(last);  // both grow with the row
-  if (ke <= kb) return {0, 0};
-  return {kb / kFwdBN, (ke + kFwdBN - 1) / kFwdBN};
-}
-
 // Key blocks are visited from the last (the masked one, for causal) down; each head's longest
 // query blocks launch first (blockIdx.x reversed).
 template <typename Element, int kSchedule>
@@ -71,7 +61,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   const int m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (p.nheads / p.nheads_k), m0 = m_block * kFwdBM;
   const MaskInfo mi{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
-  const KeyBlocks kbl = key_blocks(mi, m0);
+  const MaskInfo::BlockRange kbl = mi.key_blocks(m0, min(m0 + kFwdBM, p.seqlen_q) - 1, kFwdBN);
   const int n_iters = kbl.hi - kbl.lo;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   if (threadIdx.x == 0) {
