@@ -1,5 +1,7 @@
 """Bad input raises (RuntimeError / ValueError / TypeError, or NotImplementedError for the
 unsupported features) with a message that names the offending argument."""
+import re
+
 import pytest
 import torch
 
@@ -39,15 +41,24 @@ def _varlen(device, lens=(3, 4), H=4, Hk=2, d=64):
 
 # ---- dtypes ----
 
+# Unsupported dtypes of q (k and v the same): the message names the argument and the dtype as
+# torch prints it, without "torch." (float8_e4m3fn, float64, ...).
+UNSUPPORTED_DTYPES = [torch.float64, torch.float8_e4m3fn, torch.float8_e5m2, torch.int32]
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+@pytest.mark.parametrize("dtype", UNSUPPORTED_DTYPES, ids=lambda t: str(t).split(".")[-1])
 def test_q_dtype(device, dtype):
     _skip(device)
-    q, k, v = _qkv(device, dtype=dtype) if dtype.is_floating_point else _qkv(device)
-    if not dtype.is_floating_point:
-        q, k, v = (t.to(dtype) for t in (q, k, v))
-    with pytest.raises(ERR, match=r"\bq\b.*dtype"):
+    q, k, v = (t.to(dtype) for t in _qkv(device))
+    name = str(dtype).removeprefix("torch.")
+    with pytest.raises(RuntimeError, match=r"\bq\b.*dtype") as info:
         flashattn.flash_attn_func(q, k, v, softmax_scale=0.1)
+    # Needs the C++ message that names every dtype (csrc/api/checks.h dtype_name, issue 20
+    # point 4): until that lands, the float8 cases fail here (the message says "got an
+    # unsupported dtype"); float64 and int32 are named already.
+    assert re.search(rf"\bq\b.*\b{name}\b", str(info.value)), (
+        f"the message does not name the dtype {name!r}: {info.value}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
