@@ -1,5 +1,6 @@
 """The public API surface: the packed variants, return_attn_probs, the deterministic flag,
-non-contiguous and expanded gradients, and flash-attn 2.8 signature compatibility."""
+non-contiguous and expanded gradients, flash-attn 2.8 signature compatibility, and (CUDA)
+memory linear in the sequence length."""
 import inspect
 
 import pytest
@@ -259,3 +260,32 @@ def test_kernel_path(device):
         assert path == "cpu"
     else:
         assert path.startswith("sm"), path
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kw", [dict(causal=False, deterministic=False),
+                                dict(causal=True, deterministic=True)],
+                         ids=["cuda-default", "cuda-causal-deterministic"])
+def test_memory_linear_in_seqlen(kw):
+    """README: fwd + bwd need memory linear in the sequence length (no seqlen x seqlen
+    scores). Peak memory above the inputs at N = 8192 over N = 4096 (B=1, H=4, d=64): about
+    2 for outputs, gradients and workspaces; a quadratic term would push it towards 4."""
+    dtype = torch.bfloat16
+    skip_if_no_kernel("cuda", dtype, 64)
+    peaks = {}
+    for n in (4096, 8192):
+        q, k, v = (torch.randn(1, n, 4, 64, device="cuda", dtype=dtype).requires_grad_()
+                   for _ in range(3))
+        dout = torch.randn(1, n, 4, 64, device="cuda", dtype=dtype)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = flashattn.flash_attn_func(q, k, v, **kw)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        torch.cuda.synchronize()
+        peaks[n] = torch.cuda.max_memory_allocated() - base
+        del q, k, v, dout, out, grads
+    mib = {n: round(p / 2**20, 2) for n, p in peaks.items()}
+    assert peaks[4096] > 0, f"nothing allocated? peaks (MiB) {mib}"
+    ratio = peaks[8192] / peaks[4096]
+    assert ratio < 2.5, f"peak extra memory grows {ratio:.2f}x from N 4096 to 8192: {mib} MiB"

@@ -213,6 +213,20 @@ def test_cu_seqlens_length(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["cu_seqlens_q", "cu_seqlens_k"])
+def test_cu_seqlens_noncontiguous(device, which):
+    """Valid values [0, 3, 7] read through a stride-2 view."""
+    _skip(device)
+    q, k, v, cu, m = _varlen(device)
+    strided = torch.stack([cu, torch.full_like(cu, 99)], 1).flatten()[::2]
+    assert torch.equal(strided, cu) and not strided.is_contiguous()
+    cq = strided if which == "cu_seqlens_q" else cu
+    ck = strided if which == "cu_seqlens_k" else cu
+    with pytest.raises(RuntimeError, match=rf"{which}.*contiguous"):
+        flashattn.flash_attn_varlen_func(q, k, v, cq, ck, m, m)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_max_seqlen_negative(device):
     _skip(device)
     q, k, v, cu, m = _varlen(device)
@@ -248,6 +262,27 @@ def test_softcap_negative(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("scale", [float("inf"), float("-inf"), float("nan")])
+def test_softmax_scale_not_finite(device, scale):
+    _skip(device)
+    q, k, v = _qkv(device)
+    with pytest.raises(RuntimeError, match=r"softmax_scale.*finite"):
+        flashattn.flash_attn_func(q, k, v, softmax_scale=scale)
+    qv, kv_, vv, cu, m = _varlen(device)
+    with pytest.raises(RuntimeError, match=r"softmax_scale.*finite"):
+        flashattn.flash_attn_varlen_func(qv, kv_, vv, cu, cu, m, m, softmax_scale=scale)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_kv_heads(device):
+    _skip(device)
+    q, k, v = _qkv(device, Hk=0)
+    assert k.shape[2] == 0 and v.shape[2] == 0
+    with pytest.raises(RuntimeError, match=r"\bk\b.*at least one head"):
+        flashattn.flash_attn_func(q, k, v)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bad", ["dtype", "shape", "batch"])
 def test_alibi_slopes(device, bad):
     _skip(device)
@@ -256,6 +291,21 @@ def test_alibi_slopes(device, bad):
               "shape": torch.rand(3, device=device),
               "batch": torch.rand(5, 4, device=device)}[bad]
     with pytest.raises(ERR, match=r"alibi_slopes"):
+        flashattn.flash_attn_func(q, k, v, alibi_slopes=slopes)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", ["h", "bh"])
+def test_alibi_slopes_noncontiguous(device, shape):
+    """Right shape, dtype and device, but a last-dimension stride of 2 (h) or batch (bh)."""
+    _skip(device)
+    q, k, v = _qkv(device)
+    if shape == "h":
+        slopes = torch.rand(8, device=device)[::2]
+    else:
+        slopes = torch.rand(4, 2, device=device).t()
+    assert slopes.shape[-1] == 4 and slopes.stride(-1) != 1
+    with pytest.raises(RuntimeError, match=r"alibi_slopes.*contiguous"):
         flashattn.flash_attn_func(q, k, v, alibi_slopes=slopes)
 
 

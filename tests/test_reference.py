@@ -156,8 +156,8 @@ def test_covering_set_covers_all_pairs():
     factors = dict(dtype=["fp16", "bf16", "fp32"], hd=HDIMS, sl=SEQLENS, causal=[False, True],
                    window=["none", "sym", "left", "right"], softcap=[0.0, 2.0],
                    alibi=["none", "h", "bh"], heads=list(HEADS), noncontig=[False, True])
-    cases = covering_set(factors, seed=1)
-    assert cases == covering_set(factors, seed=1)  # deterministic: stable test ids
+    cases = covering_set(factors, seed=9)  # test_attention's seed
+    assert cases == covering_set(factors, seed=9)  # deterministic: stable test ids
     for a, b in itertools.combinations(factors, 2):
         seen = {(c[a], c[b]) for c in cases}
         for va, vb in itertools.product(factors[a], factors[b]):
