@@ -10,7 +10,12 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Head-dim pairs (d_qk, d_v) of the issue; the last one has d_v != d_qk.
 HDIMS = [(d, d) for d in (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)] + [(192, 128)]
 SEQLENS = [(1, 1), (113, 203), (239, 1), (1, 239), (799, 3), (128, 128)]
-HEADS = {"mha": (4, 4), "gqa": (6, 2), "mqa": (3, 1)}
+# (nheads, nheads_k): GQA groups of 3, 2 and 4 over two KV heads (a wrong query-head ->
+# KV-head map shows); the group of 8 over one KV head, to keep the covering sets' run time
+# (test_attention's hard corners have 8 over two). The first three are the ones the mask
+# sweep (test_attention.test_masks) and test_cuda use by name.
+HEADS = {"mha": (4, 4), "gqa": (6, 2), "mqa": (3, 1), "gqa2": (4, 2), "gqa4": (8, 2),
+         "gqa8": (8, 1)}
 # flash-attn 2.x's public functions (the drop-in surface the tests hold us to).
 PUBLIC = [
     "flash_attn_func",

@@ -1,5 +1,6 @@
 """The public API surface: the packed variants, return_attn_probs, the deterministic flag,
-non-contiguous and expanded gradients, and flash-attn 2.8 signature compatibility."""
+non-contiguous and expanded gradients, flash-attn 2.8 signature compatibility, and (CUDA)
+memory linear in the sequence length."""
 import inspect
 
 import pytest
@@ -121,29 +122,30 @@ def test_varlen_qkvpacked(device):
     check_results(ours, ref, low, dtype)
 
 
-def _call(name, device, dtype, **kw):
-    """Calls public function `name` on a small GQA-free case (packed APIs need H == Hk)."""
+def _call(name, device, dtype):
+    """Fresh inputs for public function `name` on a small GQA-free case (packed APIs need
+    H == Hk): returns (call, (q, k, v)), where call(**kw) runs the function on them."""
     B, S, H, d = 2, 33, 2, 32
     f = getattr(flashattn, name)
     lens = [20, 13]
     cu = _cu(lens, device)
     if name == "flash_attn_func":
         q, k, v = (rand([B, S, H, d], dtype, device) for _ in range(3))
-        return f(q, k, v, **kw), (q, k, v)
+        return (lambda **kw: f(q, k, v, **kw)), (q, k, v)
     if name == "flash_attn_kvpacked_func":
         q, kv = rand([B, S, H, d], dtype, device), rand([B, S, 2, H, d], dtype, device)
-        return f(q, kv, **kw), (q,) + tuple(kv.unbind(2))
+        return (lambda **kw: f(q, kv, **kw)), (q,) + tuple(kv.unbind(2))
     if name == "flash_attn_qkvpacked_func":
         qkv = rand([B, S, 3, H, d], dtype, device)
-        return f(qkv, **kw), tuple(qkv.unbind(2))
+        return (lambda **kw: f(qkv, **kw)), tuple(qkv.unbind(2))
     if name == "flash_attn_varlen_func":
         q, k, v = (rand([S, H, d], dtype, device) for _ in range(3))
-        return f(q, k, v, cu, cu, 20, 20, **kw), (q, k, v)
+        return (lambda **kw: f(q, k, v, cu, cu, 20, 20, **kw)), (q, k, v)
     if name == "flash_attn_varlen_kvpacked_func":
         q, kv = rand([S, H, d], dtype, device), rand([S, 2, H, d], dtype, device)
-        return f(q, kv, cu, cu, 20, 20, **kw), (q,) + tuple(kv.unbind(1))
+        return (lambda **kw: f(q, kv, cu, cu, 20, 20, **kw)), (q,) + tuple(kv.unbind(1))
     qkv = rand([S, 3, H, d], dtype, device)
-    return f(qkv, cu, 20, **kw), tuple(qkv.unbind(1))
+    return (lambda **kw: f(qkv, cu, 20, **kw)), tuple(qkv.unbind(1))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -153,11 +155,10 @@ def test_return_attn_probs(device, name):
     (flash-attn 2.x); out is the same either way; softmax_lse matches the reference."""
     dtype = torch.float16
     skip_if_no_kernel(device, dtype, 32, backward=False)
-    torch.manual_seed(7)
-    plain, _ = _call(name, device, dtype, causal=True)
+    call, (q, k, v) = _call(name, device, dtype)
+    plain = call(causal=True)
     assert isinstance(plain, torch.Tensor)
-    torch.manual_seed(7)
-    res, (q, k, v) = _call(name, device, dtype, causal=True, return_attn_probs=True)
+    res = call(causal=True, return_attn_probs=True)
     assert isinstance(res, tuple) and len(res) == 3
     out, lse, s_dmask = res
     assert s_dmask is None
@@ -259,3 +260,32 @@ def test_kernel_path(device):
         assert path == "cpu"
     else:
         assert path.startswith("sm"), path
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kw", [dict(causal=False, deterministic=False),
+                                dict(causal=True, deterministic=True)],
+                         ids=["cuda-default", "cuda-causal-deterministic"])
+def test_memory_linear_in_seqlen(kw):
+    """README: fwd + bwd need memory linear in the sequence length (no seqlen x seqlen
+    scores). Peak memory above the inputs at N = 8192 over N = 4096 (B=1, H=4, d=64): about
+    2 for outputs, gradients and workspaces; a quadratic term would push it towards 4."""
+    dtype = torch.bfloat16
+    skip_if_no_kernel("cuda", dtype, 64)
+    peaks = {}
+    for n in (4096, 8192):
+        q, k, v = (torch.randn(1, n, 4, 64, device="cuda", dtype=dtype).requires_grad_()
+                   for _ in range(3))
+        dout = torch.randn(1, n, 4, 64, device="cuda", dtype=dtype)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = flashattn.flash_attn_func(q, k, v, **kw)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        torch.cuda.synchronize()
+        peaks[n] = torch.cuda.max_memory_allocated() - base
+        del q, k, v, dout, out, grads
+    mib = {n: round(p / 2**20, 2) for n, p in peaks.items()}
+    assert peaks[4096] > 0, f"nothing allocated? peaks (MiB) {mib}"
+    ratio = peaks[8192] / peaks[4096]
+    assert ratio < 2.5, f"peak extra memory grows {ratio:.2f}x from N 4096 to 8192: {mib} MiB"

@@ -31,12 +31,11 @@ def test_ref_vs_sdpa(sq, sk, hk):
     s = torch.einsum("bihd,bjhd->bhij", q, kk) / math.sqrt(d)
     torch.testing.assert_close(lse, torch.logsumexp(s, -1), rtol=1e-10, atol=1e-10)
     # causal, bottom-right, with torch's own implementation of the alignment (sq <= sk: no
-    # empty rows, SDPA would give NaN there).
+    # empty rows, SDPA would give NaN there); GQA / MQA through SDPA's enable_gqa.
     out_c, _ = attention_ref(q, k, v, causal=True, softmax_scale=0.3)
     bias = causal_lower_right(sq, sk)
-    if hk == H:
-        exp_c = _sdpa(q, k, v, attn_mask=bias, scale=0.3)
-        torch.testing.assert_close(out_c, exp_c, rtol=1e-10, atol=1e-10)
+    exp_c = _sdpa(q, k, v, attn_mask=bias, scale=0.3, enable_gqa=hk != H)
+    torch.testing.assert_close(out_c, exp_c, rtol=1e-10, atol=1e-10)
 
 
 def _naive(q, k, v, scale, causal, window, softcap, slopes):
@@ -157,8 +156,8 @@ def test_covering_set_covers_all_pairs():
     factors = dict(dtype=["fp16", "bf16", "fp32"], hd=HDIMS, sl=SEQLENS, causal=[False, True],
                    window=["none", "sym", "left", "right"], softcap=[0.0, 2.0],
                    alibi=["none", "h", "bh"], heads=list(HEADS), noncontig=[False, True])
-    cases = covering_set(factors, seed=1)
-    assert cases == covering_set(factors, seed=1)  # deterministic: stable test ids
+    cases = covering_set(factors, seed=9)  # test_attention's seed
+    assert cases == covering_set(factors, seed=9)  # deterministic: stable test ids
     for a, b in itertools.combinations(factors, 2):
         seen = {(c[a], c[b]) for c in cases}
         for va, vb in itertools.product(factors[a], factors[b]):

@@ -25,7 +25,7 @@ def _factors(device):
         hd=[HDIMS[i] for i in (0, 2, 3, 6, 7, 9, 11, 12)],  # 32 59 64 111 128 192 256 192/128
         batch=list(BATCHES),
         causal=[False, True],
-        window=["none", "sym", "right"],
+        window=["none", "sym", "left", "right"],
         softcap=[0.0, 2.0],
         alibi=["none", "h", "bh"],
         heads=list(HEADS),
@@ -35,7 +35,8 @@ def _factors(device):
 
 def _window(kind, lens_k):
     m = max(1, min(x for x in lens_k if x > 0))  # keep window_right below every seqlen_k > 0
-    return {"none": (-1, -1), "sym": (m // 2 + 3, m // 3), "right": (-1, m // 3)}[kind]
+    return {"none": (-1, -1), "sym": (m // 2 + 3, m // 3), "left": (m // 2 + 1, -1),
+            "right": (-1, m // 3)}[kind]
 
 
 def _cu(lens, device):
@@ -74,7 +75,8 @@ def run_varlen_case(device, c, api="varlen", deterministic=False):
 def _params():
     out = []
     for device in DEVICES:
-        for c in covering_set(_factors(device), seed=2):
+        # seed: of those tried (1-8), the covering set that runs fastest on the CPU
+        for c in covering_set(_factors(device), seed=4):
             out.append(pytest.param(device, c, id=f"{device}-{case_id(c)}"))
     return out
 
