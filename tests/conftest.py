@@ -2,7 +2,7 @@
 
 Run (CPU everywhere, CUDA too when a GPU is present; same files):
 
-    cd /work/main && python -m pytest -q tests            # whole suite (~10 min on 2 cores)
+    cd /work/main && python -m pytest -q tests            # whole suite (about a minute on 2 cores)
     python -m pytest -q tests -k "not compile"            # skip the torch.compile tests
     FLASHATTN_TEST_SEED=1234 python -m pytest tests/test_attention.py -k "d59"   # reproduce
 
@@ -25,7 +25,8 @@ sm90 forward does not take raises a named error, which becomes a skip giving the
 Files: test_reference (the reference itself against SDPA), test_attention (padded covering
 set + hard corners), test_varlen, test_api (packed APIs, return_attn_probs, deterministic,
 non-contiguous), test_opcheck, test_compile, test_bad_input, test_bad_metadata,
-test_stable_abi, test_cuda (CUDA-only extras).
+test_stable_abi, test_cuda (CUDA-only extras), test_backend (the backend choice, the sm90
+forward, these rules), test_build_archs (setup's arch-list rules), test_bench_* (the benchmark).
 """
 import logging
 import os
