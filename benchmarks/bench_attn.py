@@ -153,44 +153,6 @@ def memory_rows(impls: list, dtype: torch.dtype, device: torch.device) -> list:
     return rows
 
 
-def plot(rows: list, names: list, out_dir: str) -> None:
-    """One PNG per mode: TFLOP/s against N, a panel per (d, causal), a line per implementation."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot: matplotlib is not installed; no charts written", file=sys.stderr)
-        return
-    os.makedirs(out_dir, exist_ok=True)
-    for mode in sorted({row["mode"] for row in rows}):
-        mode_rows = [row for row in rows if row["mode"] == mode]
-        ds = sorted({row["d"] for row in mode_rows})
-        causals = sorted({row["causal"] for row in mode_rows})
-        fig, axes = plt.subplots(len(ds), len(causals), squeeze=False, sharex=True,
-                                 figsize=(5 * len(causals), 3.5 * len(ds)))
-        for (d, causal), ax in zip([(d, c) for d in ds for c in causals], axes.flat):
-            cells = sorted((r for r in mode_rows if r["d"] == d and r["causal"] == causal),
-                           key=lambda r: r["N"])
-            for name in names:
-                points = [(r["N"], r[name]) for r in cells if r[name] is not None]
-                if points:
-                    ax.plot(*zip(*points), marker="o", label=name)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks([r["N"] for r in cells], [str(r["N"]) for r in cells])
-            ax.set_ylim(bottom=0)
-            ax.set_title(f"{mode} d={d} {'causal' if causal else 'non-causal'}")
-            ax.set_xlabel("N")
-            ax.set_ylabel("TFLOP/s")
-            ax.grid(alpha=0.3)
-        axes.flat[0].legend()
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"{mode}_{mode_rows[0]['dtype']}.png")
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        print(f"wrote {path}")
-
-
 def missing_peers(required: list, impls: list, device: torch.device,
                   kept: Optional[list]) -> list:
     """Why each required peer is not among the implementations (empty: all are)."""
@@ -247,7 +209,7 @@ def main() -> None:
             json.dump(result, f, indent=1)
         print(f"wrote {args.json}")
     if args.plot and result["rows"]:
-        plot(result["rows"], [impl.name for impl in impls], args.plot)
+        bench.plot_rows(result["rows"], [impl.name for impl in impls], args.plot)
 
 
 if __name__ == "__main__":

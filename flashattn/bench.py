@@ -7,9 +7,11 @@ the CPU backend against torch's CPU SDPA. benchmarks/bench_attn.py runs the full
 the timing and FLOP code of this module (the package cannot import benchmarks/).
 """
 
+import argparse
 import contextlib
 import functools
 import math
+import os
 import statistics
 import sys
 import time
@@ -359,13 +361,83 @@ def run_cells(cells: list, impls: list, device: torch.device, timing: Timing,
     return rows
 
 
+def plot_rows(rows: list, names: list, out_dir: str) -> list:
+    """One PNG per mode in out_dir: TFLOP/s against N, a panel per (d, causal), a line per
+    implementation. Returns the paths written (none, with a message, without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib is not installed (pip install matplotlib); no charts written",
+              file=sys.stderr)
+        return []
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for mode in sorted({row["mode"] for row in rows}):
+        mode_rows = [row for row in rows if row["mode"] == mode]
+        ds = sorted({row["d"] for row in mode_rows})
+        causals = sorted({row["causal"] for row in mode_rows})
+        fig, axes = plt.subplots(len(ds), len(causals), squeeze=False, sharex=True,
+                                 figsize=(5 * len(causals), 3.5 * len(ds)))
+        for (d, causal), ax in zip([(d, c) for d in ds for c in causals], axes.flat):
+            cells = sorted((r for r in mode_rows if r["d"] == d and r["causal"] == causal),
+                           key=lambda r: r["N"])
+            for name in names:
+                points = [(r["N"], r[name]) for r in cells if r[name] is not None]
+                if points:
+                    ax.plot(*zip(*points), marker="o", label=name)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([r["N"] for r in cells], [str(r["N"]) for r in cells])
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{mode} d={d} {'causal' if causal else 'non-causal'}")
+            ax.set_xlabel("N")
+            ax.set_ylabel("TFLOP/s")
+            ax.grid(alpha=0.3)
+        axes.flat[0].legend()
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{mode}_{mode_rows[0]['dtype']}.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        print(f"wrote {path}")
+        written.append(path)
+    return written
+
+
+def summary_lines(rows: list, names: list) -> list:
+    """Per mode, our speed over each peer's: median and min (the cell) over the rows that
+    both ran, as lines for the end of the table."""
+    peers = [name for name in names if name not in OURS_ALL]
+    lines = ["summary: our speed over each peer's (median, min over the cells both ran)"]
+    for mode in dict.fromkeys(row["mode"] for row in rows):
+        mode_rows = [row for row in rows if row["mode"] == mode]
+        parts = []
+        for peer in peers:
+            ratios = [(speedup(row, peer), row) for row in mode_rows]
+            ratios = [(r, row) for r, row in ratios if r is not None]
+            if not ratios:
+                parts.append(f"x{peer} -")
+                continue
+            low, at = min(ratios, key=lambda x: x[0])
+            parts.append(f"x{peer} {statistics.median(r for r, _ in ratios):.2f} "
+                         f"(min {low:.2f} at d={at['d']} N={at['N']}"
+                         f"{' causal' if at['causal'] else ''})")
+        lines.append(f"  {mode}: " + "; ".join(parts))
+    return lines
+
+
 def grid_cell(mode: str, dtype: torch.dtype, d: int, causal: bool, N: int,
               tokens: int = 16384, hidden: int = 2048) -> Cell:
     """A cell of the benchmark grid: B = tokens / N sequences, H = hidden / d heads."""
     return Cell(mode, dtype, d, causal, N, B=max(tokens // N, 1), H=max(hidden // d, 1))
 
 
-def main() -> None:
+def main(argv: Optional[list] = None) -> list:
+    parser = argparse.ArgumentParser(prog="python -m flashattn.bench",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", metavar="DIR", help="also write PNG charts of TFLOP/s "
+                        "against N per implementation into DIR (needs matplotlib)")
+    args = parser.parse_args(argv)
     if torch.cuda.is_available():
         device = torch.device("cuda")
         impls = implementations(device)
@@ -375,15 +447,21 @@ def main() -> None:
               + (f" (fa4 off: {fa4_off})" if fa4_off else ""))
         cells = [grid_cell(mode, torch.bfloat16, d, causal, N) for mode in ("fwd", "bwd")
                  for d in (64, 128) for causal in (False, True) for N in (2048, 8192)]
-        run_cells(cells, impls, device, Timing(warmup_ms=25, rep_ms=100))
+        rows = run_cells(cells, impls, device, Timing(warmup_ms=25, rep_ms=100))
     else:
         device = torch.device("cpu")
+        impls = implementations(device)
         print(f"flashattn CPU backend vs torch CPU SDPA, fp32, {torch.get_num_threads()} "
               "threads, median wall time (ms) of 3 calls after one warm-up")
         cells = [Cell(mode, torch.float32, 64, False, N, B=1, H=8)
                  for mode in ("fwd", "bwd") for N in (1024, 2048, 4096)]
         timing = Timing(warmup_ms=0, rep_ms=0, min_reps=3)
-        run_cells(cells, implementations(device), device, timing, unit="ms")
+        rows = run_cells(cells, impls, device, timing, unit="ms")
+    names = [impl.name for impl in impls]
+    print("\n".join(summary_lines(rows, names)), flush=True)
+    if args.plot:
+        plot_rows(rows, names, args.plot)
+    return rows
 
 
 if __name__ == "__main__":
