@@ -69,6 +69,9 @@ def git_commit() -> dict:
         return {"commit": "unknown", "dirty": None}
 
 
+GENERATED = ("_build_config.py", "build_targets.h")  # written by setup.py per build
+
+
 def source_sha256() -> str:
     """sha256 over the files the library is built from (csrc/, flashattn/*.py, setup.py),
     by relative path and content: recomputable from any checkout, so a run from a copy
@@ -78,7 +81,7 @@ def source_sha256() -> str:
     for sub, exts in (("csrc", (".h", ".cuh", ".cu", ".cpp")), ("flashattn", (".py",))):
         for dirpath, _, files in os.walk(os.path.join(root, sub)):
             paths += [os.path.join(dirpath, f) for f in files
-                      if f.endswith(exts) and f != "_build_config.py"]
+                      if f.endswith(exts) and f not in GENERATED]
     digest = hashlib.sha256()
     for path in sorted(paths, key=lambda q: os.path.relpath(q, root)):
         digest.update(os.path.relpath(path, root).encode() + b"\0")

@@ -72,10 +72,9 @@ inline Backend sm80_or_fail(const char* what) {
 #endif
 }
 
-// The forward's backend for a CUDA or CPU call whose params are filled (output pointers may
-// be null when only asking); the caller holds a device guard for q's device.
-inline Backend choose_fwd(const FwdParams& p, bool cpu) {
-  if (cpu) return Backend::kCpu;
+// The forward's backend for a CUDA call whose params are filled (output pointers may be null
+// when only asking); the caller holds a device guard for q's device. CPU calls run kCpu.
+inline Backend choose_fwd(const FwdParams& p) {
   const Force force = forced_backend();
   if (force == Force::kSm80) return sm80_or_fail("the forward");
 #ifndef FLASHATTN_DISABLE_SM90
@@ -91,9 +90,9 @@ inline Backend choose_fwd(const FwdParams& p, bool cpu) {
   return sm80_or_fail("the forward");
 }
 
-// The backward has no sm90 kernel yet: sm80 under either FLASHATTN_FORCE_BACKEND value.
-inline Backend choose_bwd(bool cpu) {
-  if (cpu) return Backend::kCpu;
+// The backward of a CUDA call. It has no sm90 kernel yet: sm80 under either
+// FLASHATTN_FORCE_BACKEND value.
+inline Backend choose_bwd() {
   forced_backend();  // a bad value raises here too
 #ifdef FLASHATTN_DISABLE_BACKWARD
   fail("the backward on CUDA tensors needs the CUDA backward kernels, but this build has none "

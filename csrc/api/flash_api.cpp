@@ -162,7 +162,7 @@ cpu::ParallelFor cpu_parallel_for() {
 void dispatch_fwd(const FwdParams& p, const Tensor& q) {
   if (q.is_cpu()) return cpu::run_fwd(p, cpu_parallel_for());
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  switch (choose_fwd(p, /*cpu=*/false)) {
+  switch (choose_fwd(p)) {
 #ifndef FLASHATTN_DISABLE_SM90
     case Backend::kSm90: return sm90::run_fwd(p, current_stream(q));
 #endif
@@ -195,7 +195,7 @@ void dispatch_bwd(BwdParams& p, const Tensor& q) {
     return cpu::run_bwd(p, cpu_parallel_for());
   }
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  const Backend backend = choose_bwd(/*cpu=*/false);
+  const Backend backend = choose_bwd();
 #if !defined(FLASHATTN_DISABLE_SM80) && !defined(FLASHATTN_DISABLE_BACKWARD)
   if (backend == Backend::kSm80 || backend == Backend::kSm80Ptx) {
     auto ws = alloc_workspace(p, sm80::bwd_workspace(p), q);
@@ -349,11 +349,11 @@ std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
   check_options(opt, pb, q);
   if (q.is_cpu()) return backend_name(Backend::kCpu);
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  if (direction == "bwd") return backend_name(choose_bwd(/*cpu=*/false));
+  if (direction == "bwd") return backend_name(choose_bwd());
   FwdParams p;
   fill_fwd_params(p, pb, q, k, v, nullptr, nullptr, opt,
                   varlen ? &*cu_seqlens_q : nullptr, varlen ? &*cu_seqlens_k : nullptr);
-  return backend_name(choose_fwd(p, /*cpu=*/false));
+  return backend_name(choose_fwd(p));
 }
 
 }  // namespace
