@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 import build_archs  # noqa: E402
 import generate_instantiations  # noqa: E402
+import generate_wgmma  # noqa: E402
 
 FLAGS = ["FLASHATTN_DISABLE_CUDA", "FLASHATTN_DISABLE_SM80", "FLASHATTN_DISABLE_SM90",
          "FLASHATTN_DISABLE_BACKWARD"]
@@ -121,7 +122,8 @@ def make_extension():
         config["FLASHATTN_DISABLE_SM90"] = True
         config["FLASHATTN_DISABLE_BACKWARD"] = True
     generate_instantiations.main()
-    buckets = generate_instantiations.head_dims()
+    generate_wgmma.main()
+    buckets = [d for d, _ in generate_instantiations.head_dims()]
     hdim_mask = build_archs.head_dim_selection(os.environ.get("FLASHATTN_HEADDIMS"), buckets)
     built_hdims = [b for i, b in enumerate(buckets) if hdim_mask >> i & 1]
     arch_value, targets = cuda_targets() if cuda else (None, {})
@@ -134,7 +136,7 @@ def make_extension():
         key = f"FLASHATTN_DISABLE_{family.upper()}"
         cu = list((ROOT / "csrc" / family).glob("*.cu"))
         cu += [p for p in (ROOT / "csrc" / "instantiations").glob(f"*_{family}_*.cu")
-               if int(re.search(r"_hdim(\d+)_", p.name).group(1)) in built_hdims]
+               if generate_instantiations.file_bucket(p.name) in built_hdims]
         if config["FLASHATTN_DISABLE_BACKWARD"]:
             cu = [p for p in cu if "bwd" not in p.name]
         target = targets.get(family, {"sass": [], "ptx": []})

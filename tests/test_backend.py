@@ -73,11 +73,11 @@ def test_cuda_force_backend_sm80(monkeypatch):
 
 @needs_sm90
 @pytest.mark.parametrize("what, kw, why", [
-    ("d64", dict(d=64), "head dim"),
-    ("dv64", dict(dv=64), "head dim"),
+    ("d36", dict(d=36), "head dim"),
+    ("dv36", dict(dv=36), "head dim"),
     ("softcap", dict(softcap=5.0), "softcap"),
     ("alibi", dict(alibi=True), "ALiBi"),
-    ("varlen", dict(varlen=True), "varlen"),
+    ("varlen-softcap", dict(varlen=True, softcap=1.0), "softcap"),
     ("strides", dict(noncontig=True), "strides"),
 ])
 def test_cuda_sm90_declines(what, kw, why, monkeypatch):
@@ -120,27 +120,73 @@ SM90_CASES = [
 ]
 
 
+# (qk, v) head dims: every sm90 variant, and head dims that run in a larger one (zeros loaded
+# past them, columns past dv not stored).
+SM90_HDIMS = [(128, 128), (64, 64), (256, 256), (192, 128), (192, 192), (40, 40), (96, 96),
+              (136, 64), (64, 128)]
+
+
+def _sm90_params():
+    out = []
+    for hd in SM90_HDIMS:
+        cases = SM90_CASES if hd == (128, 128) else [SM90_CASES[i] for i in (1, 3, 4, 7)]
+        forces = ("auto", "sm90") if hd == (128, 128) else ("sm90",)
+        for c in cases:
+            for force in forces:
+                cid = (f"d{hd[0]}x{hd[1]}-b{c[0]}-{c[1]}x{c[2]}-{c[3]}-"
+                       f"{'causal' if c[4] else 'w%dx%d' % c[5]}-{force}")
+                out.append(pytest.param(hd, c, force, id=cid))
+    return out
+
+
 @needs_sm90
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("case", SM90_CASES, ids=lambda c: f"b{c[0]}-{c[1]}x{c[2]}-{c[3]}-"
-                         f"{'causal' if c[4] else 'w%dx%d' % c[5]}")
-@pytest.mark.parametrize("force", ["auto", "sm90"])
-def test_cuda_sm90_forward(case, dtype, force, monkeypatch):
+@pytest.mark.parametrize("hd, case, force", _sm90_params())
+def test_cuda_sm90_forward(hd, case, force, dtype, monkeypatch):
     """The sm90 forward (chosen by default, or forced) against the float64 reference; its
     LSE feeds the sm80 backward, checked too."""
     B, sq, sk, heads, causal, window = case
+    d, dv = hd
     H, Hk = HEADS[heads]
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", force)
-    q, k, v = (rand([B, n, h, 128], dtype, "cuda") for n, h in ((sq, H), (sk, Hk), (sk, Hk)))
+    q, k, v = (rand([B, n, h, e], dtype, "cuda") for n, h, e in ((sq, H, d), (sk, Hk, d),
+                                                                   (sk, Hk, dv)))
     kw = dict(causal=causal, window_size=window)
     assert flashattn.kernel_path(q, k, v, **kw) == "sm90"
     assert flashattn.kernel_path(q, k, v, direction="bwd", **kw) == "sm80"
-    dout = rand([B, sq, H, 128], dtype, "cuda")
+    dout = rand([B, sq, H, dv], dtype, "cuda")
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     out, lse, _ = flashattn.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kw)
-    dq, dk, dv = torch.autograd.grad(out, (qg, kg, vg), dout)
+    dq, dk, dv_ = torch.autograd.grad(out, (qg, kg, vg), dout)
     ref, low = ref_and_lowp(q, k, v, dout, **kw)
-    check_results(dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv), ref, low, dtype)
+    check_results(dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv_), ref, low, dtype)
+
+
+# (seqlens_q, seqlens_k) per sequence: empty ones on either side, rows of a block crossing
+# into the next sequence, >= 3 key blocks.
+SM90_VARLEN = [([113, 0, 1, 57, 700], [203, 5, 239, 0, 650]), ([300, 64], [1000, 7])]
+
+
+@needs_sm90
+@pytest.mark.parametrize("hd", [(128, 128), (64, 64), (256, 256)], ids=lambda h: f"d{h[0]}")
+@pytest.mark.parametrize("lens", SM90_VARLEN, ids=["mixed", "long"])
+@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+def test_cuda_sm90_varlen(hd, lens, mask, monkeypatch):
+    """Varlen on the sm90 forward (per-sequence bounds on packed rows) against float64."""
+    from reference import ref_and_lowp_varlen
+
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    dtype, (d, dv), (lq, lk) = torch.bfloat16, hd, lens
+    q = rand([sum(lq), 6, d], dtype, "cuda")
+    k, v = rand([sum(lk), 2, d], dtype, "cuda"), rand([sum(lk), 2, dv], dtype, "cuda")
+    cu_q, cu_k = (torch.tensor([0] + torch.tensor(x).cumsum(0).tolist(), dtype=torch.int32,
+                               device="cuda") for x in (lq, lk))
+    kw = dict(causal=mask == "causal", window_size=(90, 30) if mask == "window" else (-1, -1))
+    assert flashattn.kernel_path(q, k, v, cu_q, cu_k, max(lq), max(lk), **kw) == "sm90"
+    out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
+                                                   return_attn_probs=True, **kw)
+    ref, low = ref_and_lowp_varlen(q, k, v, cu_q.cpu(), cu_k.cpu(), **kw)
+    check_results(dict(out=out, lse=lse), ref, low, dtype, grads=False)
 
 
 @needs_sm90
@@ -176,7 +222,7 @@ def test_cuda_other_reason():
     pytest.skip("a reason that is not a missing kernel")
 
 def test_cuda_forced_sm90():
-    raise RuntimeError("flashattn: " + FORCED + ": head dim (it takes 128)")
+    raise RuntimeError("flashattn: " + FORCED + ": head dim (it takes multiples of 8)")
 
 def test_cpu_no_kernel():
     pytest.skip("this build has no CUDA backward")

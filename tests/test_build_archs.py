@@ -118,3 +118,19 @@ def test_setup_fails_without_a_family():
     assert r.returncode != 0
     assert "TORCH_CUDA_ARCH_LIST='7.5' leaves no CUDA kernel family" in r.stderr
     assert (config.read_bytes() if config.exists() else None) == before
+
+
+def test_generated_sources_are_current():
+    """The committed generated sources match their generators (setup.py reruns both)."""
+    import generate_instantiations
+    import generate_wgmma
+
+    assert generate_wgmma.OUT.read_text() == generate_wgmma.text(), \
+        "csrc/sm90/wgmma_sm90.h is stale: run python tools/generate_wgmma.py"
+    for name, text in generate_instantiations.expected_files().items():
+        path = generate_instantiations.OUT / name
+        assert path.exists() and path.read_text() == text, f"{name}: run generate_instantiations"
+    names = {p.name for p in generate_instantiations.OUT.glob("*.cu")}
+    assert names == set(generate_instantiations.expected_files()), "stale instantiations"
+    assert generate_instantiations.file_bucket("fwd_sm90_hdim192x128_bf16.cu") == 192
+    assert generate_instantiations.file_bucket("bwd_sm80_hdim64_fp16.cu") == 64

@@ -16,7 +16,7 @@ TEMPLATE = """\
 #include "../{arch}/launch_{direction}_{arch}.cuh"
 
 namespace flashattn::{arch} {{
-template void run_{direction}_hdim<{hdim}, {element}>(const {params}&, cudaStream_t);
+template void run_{direction}_hdim<{dims}, {element}>(const {params}&, cudaStream_t);
 }}  // namespace flashattn::{arch}
 """
 
@@ -28,10 +28,17 @@ def _int_list(path, name):
 
 
 def head_dims(arch="sm80", direction="fwd"):
-    """The head-dim buckets with kernels: every bucket on sm80; sm90's own list (a subset)."""
+    """The head dims with kernels, as (qk, v) pairs: every bucket (qk = v) on sm80; sm90's own
+    variants (tile_fwd_sm90.h)."""
     if arch == "sm90":
-        return _int_list("csrc/sm90/tile_fwd_sm90.h", "kFwdHeadDims")
-    return _int_list("csrc/common/tile_policy.h", "kHeadDimBuckets")
+        return list(zip(_int_list("csrc/sm90/tile_fwd_sm90.h", "kFwdHeadDimsQK"),
+                        _int_list("csrc/sm90/tile_fwd_sm90.h", "kFwdHeadDimsV")))
+    return [(d, d) for d in _int_list("csrc/common/tile_policy.h", "kHeadDimBuckets")]
+
+
+def file_bucket(name):
+    """The head-dim bucket of an instantiation file (its first head dim: qk >= v here)."""
+    return int(re.search(r"_hdim(\d+)(?:x\d+)?_", name).group(1))
 
 
 def expected_files():
@@ -41,10 +48,13 @@ def expected_files():
             if not (ROOT / "csrc" / arch / f"launch_{direction}_{arch}.cuh").exists():
                 continue  # that kernel family is not written yet
             params = "FwdParams" if direction == "fwd" else "BwdParams"
-            for hdim in head_dims(arch, direction):
+            for d, dv in head_dims(arch, direction):
+                assert dv <= d, "file_bucket reads the qk head dim"
                 for dname, element in DTYPES.items():
-                    name = f"{direction}_{arch}_hdim{hdim}_{dname}.cu"
-                    files[name] = TEMPLATE.format(arch=arch, direction=direction, hdim=hdim,
+                    tag = f"{d}" if d == dv else f"{d}x{dv}"
+                    name = f"{direction}_{arch}_hdim{tag}_{dname}.cu"
+                    dims = f"{d}" if arch == "sm80" else f"{d}, {dv}"
+                    files[name] = TEMPLATE.format(arch=arch, direction=direction, dims=dims,
                                                   element=element, params=params)
     return files
 

@@ -50,6 +50,14 @@ def sm90_cases():
     run_padded(2, 1, 500, 4, 2, 128, 128, bf16)
     run_padded(1, 257, 1, 2, 2, 128, 128, bf16, forward_only=True)
     run_padded(2, 100, 0, 2, 1, 128, 128, bf16, forward_only=True)
+    # The other head-dim variants (d64: three consumer warpgroups), dims loaded past the call's
+    run_padded(1, 500, 650, 4, 2, 64, 64, bf16, causal=True)
+    run_padded(1, 300, 420, 2, 1, 256, 256, fp16, window_size=(100, 20))
+    run_padded(1, 260, 333, 2, 2, 192, 128, bf16, forward_only=True)
+    run_padded(1, 260, 333, 2, 2, 40, 40, bf16, forward_only=True)
+    # Varlen: packed rows, a block crossing into the next sequence, empty sequences
+    run_varlen([130, 0, 257, 1], [300, 5, 0, 399], 4, 2, 128, bf16, causal=True)
+    run_varlen([200, 3], [700, 64], 2, 2, 64, fp16)
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

@@ -2,5 +2,5 @@
 #include "../sm90/launch_fwd_sm90.cuh"
 
 namespace flashattn::sm90 {
-template void run_fwd_hdim<128, __nv_bfloat16>(const FwdParams&, cudaStream_t);
+template void run_fwd_hdim<128, 128, __nv_bfloat16>(const FwdParams&, cudaStream_t);
 }  // namespace flashattn::sm90

@@ -1,4 +1,4 @@
-// flashattn::sm90::run_fwd: dtype x head dim -> the explicit instantiations in
+// flashattn::sm90::run_fwd: dtype x head-dim variant -> the explicit instantiations in
 // csrc/instantiations/fwd_sm90_hdim*_*.cu; fwd_unsupported_here: the call and the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -16,32 +16,56 @@
 
 namespace flashattn::sm90 {
 
-static_assert(sizeof(kFwdHeadDims) == sizeof(int) && kFwdHeadDims[0] == 128 &&
-                  headdim_bucket(128, 128) == 128,
-              "run_fwd below must switch over every head dim of kFwdHeadDims (a bucket)");
-extern template void run_fwd_hdim<128, __half>(const FwdParams&, cudaStream_t);
-extern template void run_fwd_hdim<128, __nv_bfloat16>(const FwdParams&, cudaStream_t);
+static_assert(kNumFwdVariants == 5, "FLASHATTN_SM90_VARIANTS below lists every variant");
+#define FLASHATTN_SM90_VARIANTS(X) X(0) X(1) X(2) X(3) X(4)
+#define FLASHATTN_SM90_EXTERN(I)                                                        \
+  extern template void run_fwd_hdim<kFwdHeadDimsQK[I], kFwdHeadDimsV[I], __half>(        \
+      const FwdParams&, cudaStream_t);                                                  \
+  extern template void run_fwd_hdim<kFwdHeadDimsQK[I], kFwdHeadDimsV[I], __nv_bfloat16>( \
+      const FwdParams&, cudaStream_t);
+FLASHATTN_SM90_VARIANTS(FLASHATTN_SM90_EXTERN)
+#undef FLASHATTN_SM90_EXTERN
+
+// The head-dim bucket (FLASHATTN_HEADDIMS) a variant's instantiations belong to.
+static constexpr int variant_bucket(int i) {
+  return headdim_bucket(kFwdHeadDimsQK[i], kFwdHeadDimsV[i]);
+}
 
 const char* fwd_unsupported_here(const FwdParams& p) {
   // sm_90a machine code runs on compute capability 9.0 alone.
   if (current_device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
       current_device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
     return "the device (sm90 kernels run on compute capability 9.0 only)";
-  if (smem_optin_bytes() < kFwdSmem)
+  if (const char* why = fwd_unsupported(p)) return why;
+  const int v = fwd_variant(p.headdim, p.headdim_v);
+  if (smem_optin_bytes() < fwd_smem_of_variant(v))
     return "the shared memory per block (FLASHATTN_SMEM_LIMIT or the GPU's is below the "
            "kernel's)";
-  if (!headdim_built(128)) return "head dim 128, left out of this build (FLASHATTN_HEADDIMS)";
-  return fwd_unsupported(p);
+  if (!headdim_built(variant_bucket(v)))
+    return "its head-dim bucket, left out of this build (FLASHATTN_HEADDIMS)";
+  return nullptr;
 }
 
 void run_fwd(const FwdParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if constexpr (headdim_built(128)) {
-    FLASHATTN_FP16_SWITCH(p.dtype, "flashattn sm90 fwd",
-                          [&] { run_fwd_hdim<128, Element>(p, s); });
-  } else {
-    throw std::runtime_error("flashattn sm90 fwd: head dim 128 was left out of this build");
+  const int v = fwd_variant(p.headdim, p.headdim_v);
+  switch (v) {
+#define FLASHATTN_SM90_CASE(I)                                                            \
+  case I:                                                                                 \
+    if constexpr (headdim_built(variant_bucket(I))) {                                     \
+      FLASHATTN_FP16_SWITCH(p.dtype, "flashattn sm90 fwd", [&] {                          \
+        run_fwd_hdim<kFwdHeadDimsQK[I], kFwdHeadDimsV[I], Element>(p, s);                 \
+      });                                                                                 \
+      return;                                                                             \
+    }                                                                                     \
+    break;
+    FLASHATTN_SM90_VARIANTS(FLASHATTN_SM90_CASE)
+#undef FLASHATTN_SM90_CASE
+    default:
+      break;
   }
+  throw std::runtime_error("flashattn sm90 fwd: head dims " + std::to_string(p.headdim) + "/" +
+                           std::to_string(p.headdim_v) + " have no kernel in this build");
 }
 
 }  // namespace flashattn::sm90

@@ -1,6 +1,6 @@
 // Host side of the Hopper forward (kernel_fwd_sm90.cuh): what it takes, TMA tensor maps through
-// the driver entry point (no libcuda to link against), the launch. Instantiated per (head dim,
-// dtype) in csrc/instantiations/fwd_sm90_hdim*_*.cu.
+// the driver entry point (no libcuda to link against), the launch. Instantiated per (head-dim
+// variant, dtype) in csrc/instantiations/fwd_sm90_hdim*_*.cu.
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -28,13 +28,15 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// A (batch, rows, heads, 128) 16-bit tensor (strides in elements) as boxes of 64 columns x
-// box_rows rows of one head, 128-byte swizzled. Rows past `rows` read as zeros.
+// A 16-bit (batch, rows, heads, cols) tensor (strides in elements) as boxes of 64 columns x
+// box_rows rows of one head, 128-byte swizzled; varlen (batch == 0): a 3-D (rows, heads, cols)
+// map. Reads past the extents (rows, columns past the head dim) give zeros.
 template <typename Element>
-CUtensorMap bshd_map(const void* ptr, int rows, int heads, int batch, int64_t row_stride,
-                     int64_t head_stride, int64_t batch_stride, int box_rows) {
+CUtensorMap tensor_map(const void* ptr, int cols, int64_t rows, int heads, int batch,
+                       int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                       int box_rows) {
   CUtensorMap m;
-  const cuuint64_t dims[4] = {cuuint64_t(kFwdD), cuuint64_t(rows), cuuint64_t(heads),
+  const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads),
                               cuuint64_t(batch)};
   const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2,
                                  cuuint64_t(batch_stride) * 2};
@@ -43,7 +45,7 @@ CUtensorMap bshd_map(const void* ptr, int rows, int heads, int batch, int64_t ro
                                             ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                             : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const CUresult r = tensor_map_encoder()(
-      &m, kType, 4, const_cast<void*>(ptr), dims, strides, box, estr,
+      &m, kType, batch == 0 ? 3 : 4, const_cast<void*>(ptr), dims, strides, box, estr,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
@@ -54,8 +56,8 @@ CUtensorMap bshd_map(const void* ptr, int rows, int heads, int batch, int64_t ro
 
 // Why the sm90 forward does not take this call (nullptr: it does). The API layer then runs
 // sm80, or raises this reason under FLASHATTN_FORCE_BACKEND=sm90. Windows come as the API
-// passes them (a side >= seqlen_k as -1). Device checks (compute capability 9.0) are the
-// caller's: dispatch_fwd_sm90.cu.
+// passes them (a side >= seqlen_k as -1). Device checks (compute capability 9.0, shared
+// memory, head dims built) are the caller's: dispatch_fwd_sm90.cu.
 inline const char* fwd_unsupported(const FwdParams& p) {
   auto al16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
   auto ok_strides = [](int64_t a, int64_t b, int64_t c, int64_t m) {
@@ -64,14 +66,17 @@ inline const char* fwd_unsupported(const FwdParams& p) {
   };
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)
     return "dtype (it takes float16 and bfloat16)";
-  if (p.headdim != kFwdD || p.headdim_v != kFwdD)
-    return "head dim (it takes qk and v head dims of exactly 128 so far)";
-  if (p.is_varlen) return "varlen (cu_seqlens) inputs (not yet)";
+  if (fwd_variant(p.headdim, p.headdim_v) < 0)
+    return "head dim (it takes qk and v head dims that are multiples of 8, up to 256)";
   if (p.softcap != 0.f) return "softcap (not yet)";
   if (p.alibi_slopes != nullptr) return "ALiBi (not yet)";
   if (!(p.softmax_scale > 0.f)) return "a softmax_scale <= 0 (max-then-scale needs it > 0)";
   if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0) return "nheads not a multiple of nheads_k";
   if (p.nheads > 65535 || p.batch > 65535) return "more than 65535 heads or batch entries";
+  if (p.is_varlen && (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr))
+    return "varlen without cu_seqlens_q and cu_seqlens_k";
+  if (p.total_q >= (int64_t(1) << 31) || p.total_k >= (int64_t(1) << 31))
+    return "2^31 rows or more (TMA coordinates are int32)";
   if (!al16(p.q_ptr) || !al16(p.k_ptr) || !al16(p.v_ptr))
     return "q, k or v not 16-byte aligned (TMA)";
   if (!ok_strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, 8) ||
@@ -84,38 +89,62 @@ inline const char* fwd_unsupported(const FwdParams& p) {
   return nullptr;
 }
 
-// One launch of the kernel with a given consumer schedule (the self-test times them all).
-template <typename Element, int kSchedule>
+// One launch of the kernel of a given shape (the self-test times several).
+template <class Cfg, typename Element>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (const char* why = fwd_unsupported(p))
     throw std::runtime_error(std::string("flashattn sm90 fwd: unsupported call: ") + why);
-  if (p.seqlen_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
-  const CUtensorMap q_map = bshd_map<Element>(p.q_ptr, p.seqlen_q, p.nheads, p.batch,
-                                              p.q_row_stride, p.q_head_stride,
-                                              p.q_batch_stride, kFwdBM);
+  if (p.headdim > Cfg::kD || p.headdim_v > Cfg::kDv)
+    throw std::runtime_error("flashattn sm90 fwd: head dims above the kernel's");
+  const int64_t rows_q = p.is_varlen ? p.total_q : p.seqlen_q;
+  const int64_t rows_k = p.is_varlen ? p.total_k : p.seqlen_k;
+  if (p.seqlen_q <= 0 || rows_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
+  const int batch = p.is_varlen ? 0 : p.batch;  // 0: a 3-D map
+  const CUtensorMap q_map =
+      tensor_map<Element>(p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
+                          p.q_head_stride, p.q_batch_stride, Cfg::kBM);
   // No keys: every row gets O = 0 and lse = -inf and nothing is loaded, but a tensor map
   // needs extents >= 1 and an address: q's stands in for the empty k and v.
   const FwdMaps maps =
-      p.seqlen_k == 0
+      rows_k <= 0
           ? FwdMaps{q_map, q_map, q_map}
           : FwdMaps{q_map,
-                    bshd_map<Element>(p.k_ptr, p.seqlen_k, p.nheads_k, p.batch, p.k_row_stride,
-                                      p.k_head_stride, p.k_batch_stride, kFwdBN),
-                    bshd_map<Element>(p.v_ptr, p.seqlen_k, p.nheads_k, p.batch, p.v_row_stride,
-                                      p.v_head_stride, p.v_batch_stride, kFwdBN)};
-  const int64_t m_blocks = (p.seqlen_q + kFwdBM - 1) / kFwdBM;
-  auto kernel = fwd_kernel_sm90<Element, kSchedule>;
+                    tensor_map<Element>(p.k_ptr, p.headdim, rows_k, p.nheads_k, batch,
+                                        p.k_row_stride, p.k_head_stride, p.k_batch_stride,
+                                        Cfg::kBN),
+                    tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch,
+                                        p.v_row_stride, p.v_head_stride, p.v_batch_stride,
+                                        Cfg::kBN)};
+  const int64_t m_blocks = (p.seqlen_q + Cfg::kBM - 1) / Cfg::kBM;
+  auto kernel = fwd_kernel_sm90<Cfg, Element>;
   FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdSmem));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
   const dim3 grid(static_cast<unsigned>(m_blocks), p.nheads, p.batch);
-  kernel<<<grid, kFwdThreads, kFwdSmem, stream>>>(p, maps);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps);
   FLASHATTN_LAUNCH_CHECK();
 }
 
-template <int kHeadDim, typename Element>
+// The package's kernels of the (kD, kDv) variant: tile_fwd_sm90.h's tile, the local one
+// (causal or window) when it differs.
+template <int kD, int kDv, typename Element>
 void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
-  static_assert(kHeadDim == kFwdD, "the sm90 forward exists for head dim 128 only");
-  launch_fwd_sm90<Element, fwd_schedule(kHeadDim)>(p, stream);
+  constexpr FwdTile kGlobal = fwd_tile(kD, kDv, false), kLocal = fwd_tile(kD, kDv, true);
+  if constexpr (kGlobal == kLocal) {
+    launch_fwd_sm90<FwdConfigOf<kD, kDv, false>, Element>(p, stream);
+  } else {
+    if (p.window_left >= 0 || p.window_right >= 0)
+      launch_fwd_sm90<FwdConfigOf<kD, kDv, true>, Element>(p, stream);
+    else
+      launch_fwd_sm90<FwdConfigOf<kD, kDv, false>, Element>(p, stream);
+  }
+}
+
+// The largest shared memory any kernel of the variant takes (the device check).
+inline int fwd_smem_of_variant(int variant) {
+  const int d = kFwdHeadDimsQK[variant], dv = kFwdHeadDimsV[variant];
+  const int a = fwd_smem_bytes(fwd_tile(d, dv, false), d, dv);
+  const int b = fwd_smem_bytes(fwd_tile(d, dv, true), d, dv);
+  return a > b ? a : b;
 }
 
 }  // namespace flashattn::sm90

@@ -1,6 +1,6 @@
 // Hopper (sm_90a) building blocks: mbarriers, TMA tile loads, WGMMA shared-memory descriptors,
-// named barriers and the warpgroup MMAs the forward uses. Checked on the H200 by
-// tools/selftest/probe_sm90.cu (a TMA + WGMMA S = Q K^T, O = P V tile against a CPU reference).
+// named barriers, WGMMA sequencing (the MMAs themselves: wgmma_sm90.h, generated). Checked on
+// the H200 by tools/selftest/probe_sm90.cu (a TMA + WGMMA S = Q K^T, O = P V tile against a CPU reference).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -9,26 +9,7 @@
 #include <type_traits>
 
 #include "../common/device_utils.cuh"
-
-// The 64 fp32 accumulator registers of an m64n128 WGMMA: their names in the PTX template
-// (operands %0..%63) and the matching read-write operand list.
-#define FLASHATTN_WGMMA_D64_REGS \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define FLASHATTN_WGMMA_D64_OPERANDS(d) \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
-  "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
-  "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
-  "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
-  "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
-  "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-  "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
-  "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
-  "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#include "wgmma_sm90.h"
 
 namespace flashattn::sm90 {
 
@@ -66,6 +47,15 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_u32(dst)),
       "l"(tmap), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// A 3-D box (d, row, head) of a packed varlen (total, heads, d) tensor.
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, uint64_t* bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_u32(dst)),
+      "l"(tmap), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
 // A 4-D box (d, row, head, batch) of a (batch, seqlen, heads, d) tensor.
@@ -160,38 +150,5 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-
-// D (64 x 128, fp32) (+)= A (64 x 16, smem, K-major) * B (128 x 16, smem; K-major, or N-major
-// when kTransB), A and B bf16 or fp16 (Element). scale_d = 0: D = A * B.
-#define FLASHATTN_WGMMA_SS(TYPES)                                                             \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                   \
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES                           \
-               " {" FLASHATTN_WGMMA_D64_REGS "}, %64, %65, p, 1, 1, 0, %67;\n}\n"             \
-               : FLASHATTN_WGMMA_D64_OPERANDS(d)                                              \
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(int(kTransB)))
-template <bool kTransB, typename Element>
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a,
-                                                    uint64_t desc_b, int scale_d) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_SS("bf16.bf16");
-  else FLASHATTN_WGMMA_SS("f16.f16");
-}
-#undef FLASHATTN_WGMMA_SS
-
-// The same with A (64 x 16, bf16) in registers: the accumulator layout of a previous GEMM
-// (rows warp * 16 + lane / 4 (+8), column pairs (lane % 4) * 2), packed two per register.
-#define FLASHATTN_WGMMA_RS(TYPES)                                                             \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                   \
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES                           \
-               " {" FLASHATTN_WGMMA_D64_REGS "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n" \
-               : FLASHATTN_WGMMA_D64_OPERANDS(d)                                              \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),     \
-                 "n"(int(kTransB)))
-template <bool kTransB, typename Element>
-__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4],
-                                                    uint64_t desc_b, int scale_d) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS("bf16.bf16");
-  else FLASHATTN_WGMMA_RS("f16.f16");
-}
-#undef FLASHATTN_WGMMA_RS
 
 }  // namespace flashattn::sm90

@@ -3,32 +3,65 @@
 // benchmarks/NOTES.md).
 #pragma once
 
-#ifndef FLASHATTN_SM90_FWD_STAGES  // K / V ring depth (3 fits: 225 KB of shared memory; untimed)
+#ifndef FLASHATTN_SM90_FWD_STAGES  // K / V ring depth (d128: 3 stages measured no gain)
 #define FLASHATTN_SM90_FWD_STAGES 2
 #endif
 
 namespace flashattn::sm90 {
 
-// Head dims (qk = v) with an sm90 forward, a subset of kHeadDimBuckets; other head dims run on
-// sm80. Read by tools/generate_instantiations.py (keep the format).
-inline constexpr int kFwdHeadDims[] = {128};
+// The (qk, v) head-dim variants with an sm90 forward, as two parallel lists (read by
+// tools/generate_instantiations.py: keep the format). A call runs in the first variant that
+// holds both of its head dims (multiples of 8; the columns past them load as zeros), so 32-64
+// run as 64, 72-128 as 128; qk 136-192 with v <= 128 as 192 x 128.
+inline constexpr int kFwdHeadDimsQK[] = {64, 128, 192, 192, 256};
+inline constexpr int kFwdHeadDimsV[] = {64, 128, 128, 192, 256};
+inline constexpr int kNumFwdVariants = sizeof(kFwdHeadDimsQK) / sizeof(int);
+static_assert(sizeof(kFwdHeadDimsV) == sizeof(kFwdHeadDimsQK), "one v head dim per variant");
 
-struct FwdTile {
-  int block_m, block_n, stages, threads;
-};
-
-// d128: 128 query rows (two consumer warpgroups of 64) x 128 keys, one producer warpgroup, a
-// 2-stage ring each for K and V (3 stages: no gain, 565 vs 609 at 16k in the self-test).
-constexpr FwdTile fwd_tile(int head_dim) {
-  return head_dim == 128 ? FwdTile{128, 128, FLASHATTN_SM90_FWD_STAGES, 384} : FwdTile{0, 0, 0, 0};
+// The variant of a call's head dims, -1 when none holds them.
+constexpr int fwd_variant(int d, int dv) {
+  if (d % 8 != 0 || dv % 8 != 0 || d <= 0 || dv <= 0) return -1;
+  for (int i = 0; i < kNumFwdVariants; ++i)
+    if (d <= kFwdHeadDimsQK[i] && dv <= kFwdHeadDimsV[i]) return i;
+  return -1;
 }
 
-// The consumer schedule (kernel_fwd_sm90.cuh: 1 intra-warpgroup overlap, 2 overlap + ping-pong
-// between the two consumer warpgroups). Package benchmark, d128 16k nc / causal: serial 539 /
-// 525, ping-pong 606 / 606 TFLOP/s; the self-test had overlap ahead at 8k-16k (one run).
-#ifndef FLASHATTN_SM90_FWD_SCHEDULE
+// Consumer schedules (kernel_fwd_sm90.cuh): 1 intra-warpgroup overlap (the softmax of block
+// j + 1 under P V of block j), 2 that and ping-pong between the consumer warpgroups.
+enum FwdSchedule : int { kOverlap = 1, kPingPong = 2 };
+
+// block_m query rows (block_m / 64 consumer warpgroups) x block_n keys per step, a K and a V
+// ring of `stages` each, one producer warpgroup.
+struct FwdTile {
+  int block_m, block_n, stages, schedule;
+  constexpr bool operator==(const FwdTile& o) const {
+    return block_m == o.block_m && block_n == o.block_n && stages == o.stages &&
+           schedule == o.schedule;
+  }
+};
+
+#ifndef FLASHATTN_SM90_FWD_SCHEDULE  // d128's schedule; the self-test times both
 #define FLASHATTN_SM90_FWD_SCHEDULE 2
 #endif
-constexpr int fwd_schedule(int /*head_dim*/) { return FLASHATTN_SM90_FWD_SCHEDULE; }
+
+// `local`: causal or a sliding window. Starting points (FA3's tile_size.h, not yet measured
+// here unless said):
+// d64: 192 x 128, three consumer warpgroups (160 registers each: 192 x 192 would spill P).
+// d128: 128 x 128, ping-pong (package benchmark at 16k: 606 TFLOP/s nc and causal, serial
+//   539 / 525); 3 stages no gain.
+// d192: 128 x 112 (128 x 128 with v 128); d256: 128 x 80, the shared-memory limit at 2 stages.
+constexpr FwdTile fwd_tile(int d, int dv, bool /*local*/) {
+  constexpr int st = FLASHATTN_SM90_FWD_STAGES;
+  return d <= 64    ? FwdTile{192, 128, st, kPingPong}
+         : d <= 128 ? FwdTile{128, 128, st, FLASHATTN_SM90_FWD_SCHEDULE}
+         : d <= 192 ? FwdTile{128, dv <= 128 ? 128 : 112, st, kOverlap}
+                    : FwdTile{128, 80, st, kOverlap};
+}
+
+// Shared memory of a tile: Q, the K and V stages (each a 1024-aligned tile of 64-column
+// chunks), 128 bytes of mbarriers, 1024 of alignment slack.
+constexpr int fwd_smem_bytes(FwdTile t, int d, int dv) {
+  return t.block_m * d * 2 + t.stages * t.block_n * (d + dv) * 2 + 128 + 1024;
+}
 
 }  // namespace flashattn::sm90

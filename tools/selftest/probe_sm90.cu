@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(128, 1)
     const uint32_t col = (kk % 4) * 32;
     const uint64_t da = gmma_desc_sw128(smem_u32(sq + (kk / 4) * kQHalf) + col, 16, 1024);
     const uint64_t db = gmma_desc_sw128(smem_u32(sk + (kk / 4) * kKVHalf) + col, 16, 1024);
-    wgmma_m64n128k16_ss<false, __nv_bfloat16>(s, da, db, kk > 0);
+    wgmma_ss<false, __nv_bfloat16>(s, da, db, kk > 0);
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(128, 1)
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk) {
     const uint64_t db = gmma_desc_sw128(smem_u32(sv) + kk * 16 * 128, kKVHalf * 2, 1024);
-    wgmma_m64n128k16_rs<true, __nv_bfloat16>(o, pa[kk], db, 1);
+    wgmma_rs<true, __nv_bfloat16>(o, pa[kk], db, 1);
   }
   wgmma_commit();
   wgmma_wait<0>();

@@ -1,13 +1,9 @@
-// Self-test of the Hopper forward (csrc/sm90/kernel_fwd_sm90.cuh), no torch: odd shapes
-// against the float64 CPU reference of selftest_problem.h (out and lse, NaN-poisoned outputs;
-// params built as the package builds them), then TFLOP/s beside the sm80 kernel on the
-// benchmark's d128 cells, in the same process. On the H200:
-//   A="-std=c++17 -O3 -I csrc"; O=/tmp/st90; mkdir -p $O
-//   S80="-gencode=arch=compute_90,code=sm_90"; S90="-gencode=arch=compute_90a,code=sm_90a"
-//   for f in csrc/sm80/dispatch_fwd_sm80.cu csrc/instantiations/fwd_sm80_*.cu; do
-//     nvcc $A $S80 -c $f -o $O/$(basename $f .cu).o & done
-//   nvcc $A $S90 -c tools/selftest/selftest_fwd_sm90.cu -o $O/selftest_fwd_sm90.o
-//   wait; nvcc $O/*.o -o selftest_fwd_sm90 && ./selftest_fwd_sm90 [--no-bench]
+// Self-test of the Hopper forward (csrc/sm90/kernel_fwd_sm90.cuh), no torch, one head dim
+// per binary (-DSELFTEST_D=64|128|256, default 128): every candidate shape of that head dim
+// (kCandidates below) on odd shapes, padded and varlen, against the float64 CPU reference of
+// selftest_problem.h (out and lse, NaN-poisoned outputs; params built as the package builds
+// them), then TFLOP/s of each beside the sm80 kernel on the benchmark's cells, in the same
+// process. Build and run on the H200: tools/device/sm90_fwd_ab.sh.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -27,67 +23,128 @@ using namespace flashattn;
 namespace st = flashattn::selftest;
 using bf16 = __nv_bfloat16;
 
-// d128 bf16, padded (B, S, H, 128) contiguous; windows as the API takes them (wr 0: causal).
+#ifndef SELFTEST_D
+#define SELFTEST_D 128
+#endif
+constexpr int kD = SELFTEST_D;
+
+// The shapes timed against each other: the package's (first) and the alternatives.
+template <int kBM, int kBN, int kStages, int kSchedule>
+using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule>;
+struct Candidate {
+  const char* name;
+  void (*run)(const FwdParams&);
+};
+template <class C>
+static void run90(const FwdParams& p) { sm90::launch_fwd_sm90<C, bf16>(p, nullptr); }
+using sm90::kOverlap;
+using sm90::kPingPong;
+constexpr sm90::FwdTile kPkg = sm90::fwd_tile(kD, kD, false);
+using Pkg = sm90::FwdConfigOf<kD, kD, false>;
+#if SELFTEST_D == 64
+static const Candidate kCandidates[] = {
+    {"pkg", run90<Pkg>},
+    {"192x128 ov", run90<Cfg<192, 128, 2, kOverlap>>},
+    {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
+    {"128x192 pp", run90<Cfg<128, 192, 2, kPingPong>>},
+    {"192x128x3 pp", run90<Cfg<192, 128, 3, kPingPong>>},
+};
+#elif SELFTEST_D == 128
+static const Candidate kCandidates[] = {
+    {"pkg", run90<Pkg>},
+    {"128x128 ov", run90<Cfg<128, 128, 2, kOverlap>>},
+    {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
+    {"128x176 ov", run90<Cfg<128, 176, 2, kOverlap>>},
+    {"128x160 pp", run90<Cfg<128, 160, 2, kPingPong>>},
+};
+#elif SELFTEST_D == 256
+static const Candidate kCandidates[] = {
+    {"pkg", run90<Pkg>},
+    {"128x80 pp", run90<Cfg<128, 80, 2, kPingPong>>},
+    {"128x64 ov", run90<Cfg<128, 64, 2, kOverlap>>},
+    {"128x64 pp", run90<Cfg<128, 64, 2, kPingPong>>},
+};
+#else
+#error "SELFTEST_D: 64, 128 or 256"
+#endif
+
+// bf16 (B, S, H, kD) padded or (total, H, kD) varlen, contiguous; windows as the API takes
+// them (wr 0: causal).
 struct Problem {
-  int B, H, Hk, sq, sk, wl, wr;
   st::Sizes sz;
+  int wl, wr;
   bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
   float* lse = nullptr;
+  int32_t *cu_q = nullptr, *cu_k = nullptr;
   st::HostInputs host;
   FwdParams p;
 
-  Problem(int B_, int H_, int Hk_, int sq_, int sk_, int wl_, int wr_, unsigned seed)
-      : B(B_), H(H_), Hk(Hk_), sq(sq_), sk(sk_), wl(wl_), wr(wr_),
-        sz(st::Sizes::padded(B_, sq_, sk_, H_, Hk_, 128, 128)) {
+  // timing_only: cheap uniform inputs, no host copy (the benchmark cells are 100M elements).
+  Problem(st::Sizes sz_, int wl_, int wr_, unsigned seed, bool timing_only = false)
+      : sz(std::move(sz_)), wl(wl_), wr(wr_) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.f, 1.f);
+    uint32_t x = seed | 1;
     auto make = [&](bf16** dev, std::vector<float>& host, size_t n) {
       std::vector<bf16> b(n);
-      host.resize(n);
+      if (!timing_only) host.resize(n);
       for (size_t i = 0; i < n; ++i) {
+        if (timing_only) {
+          x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+          b[i] = __float2bfloat16(float(x >> 8) * (2.f / 16777216.f) - 1.f);
+          continue;
+        }
         b[i] = __float2bfloat16(nd(rng));
         host[i] = __bfloat162float(b[i]);
       }
-      CK(cudaMalloc(dev, n * 2));
+      CK(cudaMalloc(dev, std::max<size_t>(n, 1) * 2));
       CK(cudaMemcpy(*dev, b.data(), n * 2, cudaMemcpyHostToDevice));
     };
-    const int d = 128;
-    make(&q, host.q, size_t(B) * sq * H * d);
-    make(&k, host.k, size_t(B) * sk * Hk * d);
-    make(&v, host.v, size_t(B) * sk * Hk * d);
-    CK(cudaMalloc(&o, size_t(B) * sq * H * d * 2));
-    CK(cudaMalloc(&lse, size_t(B) * H * sq * 4));
+    const int H = sz.nheads, Hk = sz.nheads_k;
+    make(&q, host.q, size_t(sz.total_q()) * H * kD);
+    make(&k, host.k, size_t(sz.total_k()) * Hk * kD);
+    make(&v, host.v, size_t(sz.total_k()) * Hk * kD);
+    CK(cudaMalloc(&o, out_elems() * 2));
+    CK(cudaMalloc(&lse, lse_elems() * 4));
+    if (sz.varlen) {
+      CK(cudaMalloc(&cu_q, sz.cu_q.size() * 4));
+      CK(cudaMalloc(&cu_k, sz.cu_k.size() * 4));
+      CK(cudaMemcpy(cu_q, sz.cu_q.data(), sz.cu_q.size() * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(cu_k, sz.cu_k.data(), sz.cu_k.size() * 4, cudaMemcpyHostToDevice));
+    }
     st::Options opt;
     opt.window_left = wl;
     opt.window_right = wr;
-    p = st::fwd_params(sz, {{q}, {k}, {v}, {o}, lse, nullptr, nullptr}, opt);
+    p = st::fwd_params(sz, {{q}, {k}, {v}, {o}, lse, cu_q, cu_k}, opt);
   }
   ~Problem() {
-    for (void* x : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)lse}) cudaFree(x);
+    for (void* x : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)lse, (void*)cu_q, (void*)cu_k})
+      cudaFree(x);
   }
+  size_t out_elems() const { return size_t(sz.total_q()) * sz.nheads * kD; }
+  size_t lse_elems() const { return size_t(sz.total_q()) * sz.nheads; }
   double flops() const {  // the benchmark's rule: 4 B H N^2 d, halved when causal
-    return 4.0 * B * H * double(sq) * sk * 128 * (wr == 0 && wl < 0 ? 0.5 : 1.0);
+    double f = 0;
+    for (int b = 0; b < sz.batch; ++b) f += 4.0 * sz.nheads * double(sz.lq[b]) * sz.lk[b] * kD;
+    return f * (wr == 0 && wl < 0 ? 0.5 : 1.0);
   }
 };
 
 // Max error of out (relative to its max) and of lse (absolute) against float64.
-template <typename Run>
-static bool check(Problem& pr, const char* name, Run&& run) {
-  const int d = 128;
+static bool check(Problem& pr, const st::Reference& ref, const char* name, const Candidate& c) {
   if (const char* why = sm90::fwd_unsupported(pr.p)) {
-    std::printf("%-40s declined: %s  FAIL\n", name, why);
+    std::printf("%-44s declined: %s  FAIL\n", name, why);
     return false;
   }
-  CK(cudaMemset(pr.o, 0xFF, size_t(pr.B) * pr.sq * pr.H * d * 2));
-  CK(cudaMemset(pr.lse, 0xFF, size_t(pr.B) * pr.H * pr.sq * 4));
-  run(pr.p);
+  CK(cudaMemset(pr.o, 0xFF, pr.out_elems() * 2));
+  CK(cudaMemset(pr.lse, 0xFF, pr.lse_elems() * 4));
+  c.run(pr.p);
   CK(cudaDeviceSynchronize());
-  std::vector<bf16> go(size_t(pr.B) * pr.sq * pr.H * d);
-  std::vector<float> gl(size_t(pr.B) * pr.H * pr.sq);
+  std::vector<bf16> go(pr.out_elems());
+  std::vector<float> gl(pr.lse_elems());
   CK(cudaMemcpy(go.data(), pr.o, go.size() * 2, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(gl.data(), pr.lse, gl.size() * 4, cudaMemcpyDeviceToHost));
-  // Both laid out as the kernel writes them: out (B * sq, H, d), lse (B, H, sq).
-  const st::Reference ref = st::reference(pr.sz, pr.p, pr.host, false);
+  // Both laid out as the kernel writes them: out (total_q, H, d), lse at lse_offset().
   st::ErrStats eo;
   double err_l = 0;
   int64_t bad = 0;
@@ -96,56 +153,56 @@ static bool check(Problem& pr, const char* name, Run&& run) {
   bad += eo.nonfinite;
   const double rel_o = eo.max_err / std::max(eo.max_ref, 1e-6);
   const bool ok = bad == 0 && rel_o < 1e-2 && err_l < 1e-3;
-  std::printf("%-40s out %.2e lse %.2e nonfinite %d  %s\n", name, rel_o, err_l, int(bad),
-              ok ? "ok" : "FAIL");
+  std::printf("[%-13s] %-44s out %.2e lse %.2e nonfinite %d  %s\n", c.name, name, rel_o, err_l,
+              int(bad), ok ? "ok" : "FAIL");
   return ok;
 }
-
-
-template <int kSchedule>
-static void run90(const FwdParams& p) { sm90::launch_fwd_sm90<bf16, kSchedule>(p, nullptr); }
-static const char* kScheduleNames[] = {"", "overlap", "ping-pong"};
 
 int main(int argc, char** argv) {
   const bool bench = !(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0);
   const unsigned seed = std::random_device{}();
-  struct Case { const char* name; int B, H, Hk, sq, sk, wl, wr; };
+  using st::Sizes;
+  struct Case { const char* name; Sizes sz; int wl, wr; };
   const Case cases[] = {
-      {"128/128", 1, 2, 2, 128, 128, -1, -1},
-      {"gqa causal 200/333", 2, 3, 1, 200, 333, -1, 0},
-      {"causal 333/200 (rows with no key)", 1, 2, 2, 333, 200, -1, 0},
-      {"window (100, 20) 1000/1000", 1, 2, 2, 1000, 1000, 100, 20},
-      {"1/500", 2, 4, 2, 1, 500, -1, -1},
-      {"causal 700/700", 1, 2, 2, 700, 700, -1, 0},
-      {"257/1", 1, 1, 1, 257, 1, -1, -1},
-      {"mqa 1100/900 (3 query blocks)", 1, 4, 1, 1100, 900, -1, -1},
-      {"left window only (50, -1) 300/400", 1, 2, 2, 300, 400, 50, -1},
-      {"no keys 100/0", 2, 2, 1, 100, 0, -1, -1},
+      {"128/128", Sizes::padded(1, 128, 128, 2, 2, kD, kD), -1, -1},
+      {"gqa causal 200/333", Sizes::padded(2, 200, 333, 3, 1, kD, kD), -1, 0},
+      {"causal 333/200 (rows with no key)", Sizes::padded(1, 333, 200, 2, 2, kD, kD), -1, 0},
+      {"window (100, 20) 1000/1000", Sizes::padded(1, 1000, 1000, 2, 2, kD, kD), 100, 20},
+      {"1/500", Sizes::padded(2, 1, 500, 4, 2, kD, kD), -1, -1},
+      {"causal 700/700", Sizes::padded(1, 700, 700, 2, 2, kD, kD), -1, 0},
+      {"257/1", Sizes::padded(1, 257, 1, 1, 1, kD, kD), -1, -1},
+      {"mqa 1100/900 (several query blocks)", Sizes::padded(1, 1100, 900, 4, 1, kD, kD), -1, -1},
+      {"left window only (50, -1) 300/400", Sizes::padded(1, 300, 400, 2, 2, kD, kD), 50, -1},
+      {"no keys 100/0", Sizes::padded(2, 100, 0, 2, 1, kD, kD), -1, -1},
+      {"varlen gqa (empty sequences)",
+       Sizes::packed({113, 0, 1, 57, 700}, {203, 5, 239, 0, 650}, 6, 2, kD, kD), -1, -1},
+      {"varlen causal", Sizes::packed({300, 64, 250}, {1000, 7, 250}, 4, 2, kD, kD), -1, 0},
   };
-  int failed = 0;
-  int n = 0;
+  int failed = 0, n = 0;
   for (const Case& c : cases) {
-    Problem pr(c.B, c.H, c.Hk, c.sq, c.sk, c.wl, c.wr, seed);
-    std::printf("[%-9s] ", kScheduleNames[1]);
-    failed += !check(pr, c.name, [](const FwdParams& p) { run90<1>(p); });
-    std::printf("[%-9s] ", kScheduleNames[2]);
-    failed += !check(pr, c.name, [](const FwdParams& p) { run90<2>(p); });
-    n += 2;
+    Problem pr(c.sz, c.wl, c.wr, seed);
+    const st::Reference ref = st::reference(pr.sz, pr.p, pr.host, false);
+    for (const Candidate& cand : kCandidates) {
+      failed += !check(pr, ref, c.name, cand);
+      ++n;
+    }
   }
-  std::printf("seed %u: %d of %d cases failed\n", seed, failed, n);
+  std::printf("d%d seed %u: %d of %d cases failed\n", kD, seed, failed, n);
   if (!bench) return failed ? 1 : 0;
-  std::printf("\nTFLOP/s, d128 bf16, B*N = 16k, H = 16 (sm80: our portable kernel)\n");
-  std::printf("%-6s %-6s %10s %10s %10s %8s\n", "N", "causal", "overlap", "ping-pong", "sm80",
-              "best/80");
-  for (int N : {1024, 2048, 4096, 8192, 16384})
+  std::printf("\nTFLOP/s, d%d bf16, B*N = 16k, H = %d (pkg: %dx%d stages %d schedule %d; sm80: "
+              "our portable kernel)\n%-6s %-6s", kD, 2048 / kD, kPkg.block_m, kPkg.block_n,
+              kPkg.stages, kPkg.schedule, "N", "causal");
+  for (const Candidate& cand : kCandidates) std::printf(" %13s", cand.name);
+  std::printf(" %8s\n", "sm80");
+  for (int N : {512, 1024, 2048, 4096, 8192, 16384})
     for (int causal = 0; causal < 2; ++causal) {
-      Problem pr(16384 / N, 16, 16, N, N, -1, causal ? 0 : -1, 1);
+      Problem pr(Sizes::padded(16384 / N, N, N, 2048 / kD, 2048 / kD, kD, kD), -1,
+                 causal ? 0 : -1, 1, true);
       const double f = pr.flops() * 1e-9;
-      const double t1 = median_ms([&] { run90<1>(pr.p); });
-      const double t2 = median_ms([&] { run90<2>(pr.p); });
-      const double t80 = median_ms([&] { sm80::run_fwd(pr.p, nullptr); });
-      std::printf("%-6d %-6d %10.1f %10.1f %10.1f %8.2f\n", N, causal, f / t1, f / t2, f / t80,
-                  t80 / std::min(t1, t2));
+      std::printf("%-6d %-6d", N, causal);
+      for (const Candidate& cand : kCandidates)
+        std::printf(" %13.1f", f / median_ms([&] { cand.run(pr.p); }));
+      std::printf(" %8.1f\n", f / median_ms([&] { sm80::run_fwd(pr.p, nullptr); }));
     }
   return failed ? 1 : 0;
 }
