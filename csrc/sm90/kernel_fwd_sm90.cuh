@@ -1,7 +1,7 @@
 // The Hopper forward (sm_90a), bf16 / fp16, head dims (kD, kDv) multiples of 64 (calls with
 // smaller head dims load zeros past them): padded or varlen batches, any window (causal
-// included), GQA. One CTA per kBM query rows of a (head, sequence). Warpgroup 0 loads with
-// TMA: Q once, K and V through rings of full and empty mbarriers. The kBM / 64 consumer
+// included), GQA. A persistent grid over tiles of kBM query rows of a (head, sequence).
+// Warpgroup 0 loads with TMA: each tile's Q, K and V through rings of full and empty mbarriers. The kBM / 64 consumer
 // warpgroups take 64 query rows each: S = Q K^T and O += P V by WGMMA, the online softmax in
 // registers between them. Host side: launch_fwd_sm90.cuh; torch-free checks:
 // tools/selftest/selftest_fwd_sm90.cu.
@@ -44,7 +44,7 @@ struct FwdConfig {
   static constexpr int kSmem = kSmemBar + 128 + 1024;  // + mbarriers, alignment slack
   static_assert(kSmem == fwd_smem_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv),
                 "tile_fwd_sm90.h's count");
-  static_assert((1 + 4 * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
+  static_assert((2 + 4 * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
   static_assert(kSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
   // Registers per thread of the producer and of each consumer (a 64K file: sum <= 512).
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
@@ -58,11 +58,53 @@ using FwdConfigOf = FwdConfig<kD, kDv, fwd_tile(kD, kDv, kLocal).block_m,
                               fwd_tile(kD, kDv, kLocal).block_n, fwd_tile(kD, kDv, kLocal).stages,
                               fwd_tile(kD, kDv, kLocal).schedule>;
 
-// Key blocks are visited from the last (the masked one, for causal) down; each head's longest
-// query blocks launch first (blockIdx.x reversed).
+// What one tile (kBM query rows of one head of one sequence) covers.
+struct FwdTileInfo {
+  SeqInfo si;
+  int m0, h, b, hk;
+  MaskInfo mi;
+  MaskInfo::BlockRange kbl;
+  int n_iters;  // key blocks; 0: nothing to load (rows past the sequence, or no visible key)
+};
+// Tile order: (head, sequence) pairs in groups of `group` (sized on the host so a group's K / V
+// fits in L2), within a group query blocks from the last (the longest, for causal) down, the
+// group's pairs fastest. Position `tile` of that list:
+template <int kBM, int kBN>
+__device__ __forceinline__ FwdTileInfo fwd_tile_info(const FwdParams& p, int tile, int m_blocks,
+                                                     int group) {
+  FwdTileInfo t;
+  const int pairs = p.nheads * p.batch, g = tile / (group * m_blocks);
+  const int r = tile - g * group * m_blocks, in_group = min(group, pairs - g * group);
+  const int m_block = m_blocks - 1 - r / in_group, hb = g * group + r % in_group;
+  t.h = hb % p.nheads;
+  t.b = hb / p.nheads;
+  t.hk = t.h / (p.nheads / p.nheads_k);
+  t.si = seq_info(p, t.b);
+  t.m0 = m_block * kBM;
+  t.mi = MaskInfo{t.si.seqlen_q, t.si.seqlen_k, p.window_left, p.window_right};
+  t.kbl = t.m0 < t.si.seqlen_q
+              ? t.mi.key_blocks(t.m0, min(t.m0 + kBM, t.si.seqlen_q) - 1, kBN)
+              : MaskInfo::BlockRange{0, 0};
+  t.n_iters = t.kbl.hi - t.kbl.lo;
+  return t;
+}
+// The k-th tile of CTA `cta` (of `ctas`), -1 past the end: a snake over the list (rounds
+// alternate direction), so the CTA that takes a round's longest tile takes the next round's
+// shortest and causal work evens out.
+__device__ __forceinline__ int fwd_tile_of(int k, int cta, int ctas, int num_tiles) {
+  const int64_t pos = int64_t(k) * ctas + (k % 2 == 0 ? cta : ctas - 1 - cta);
+  return pos < num_tiles ? static_cast<int>(pos) : -1;
+}
+
+// Persistent: CTA i takes tiles fwd_tile_of(0, i), fwd_tile_of(1, i), ... (grid = SM count;
+// or one tile per CTA, the self-test's A/B). The producer runs ahead into the next tile (its Q once the consumers'
+// last S is done, its K / V as stages free up), so loads overlap the epilogue. The K / V ring
+// counts iterations across tiles. Key blocks are visited from the last (the masked one, for
+// causal) down.
 template <class Cfg, typename Element>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps) {
+    fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
+                    int group) {
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kD = Cfg::kD, kDv = Cfg::kDv;
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
@@ -70,23 +112,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBar);
-  uint64_t* k_full = q_full + 1;
+  uint64_t* q_empty = q_full + 1;
+  uint64_t* k_full = q_full + 2;
   uint64_t* k_empty = k_full + kStages;
   uint64_t* v_full = k_empty + kStages;
   uint64_t* v_empty = v_full + kStages;
-  const int m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const SeqInfo si = seq_info(p, b);
-  const int m0 = m_block * kBM;
-  if (m0 >= si.seqlen_q) return;  // varlen: past this sequence (the whole CTA leaves)
-  const int hk = h / (p.nheads / p.nheads_k);
-  const int tb = p.is_varlen ? 0 : b;  // TMA coordinates: rows q_row0 / k_row0 + r
-  const int q_row = static_cast<int>(si.q_row0) + m0, k_row = static_cast<int>(si.k_row0);
-  const MaskInfo mi{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
-  const MaskInfo::BlockRange kbl = mi.key_blocks(m0, min(m0 + kBM, si.seqlen_q) - 1, kBN);
-  const int n_iters = kbl.hi - kbl.lo;
+  const int m_blocks = (p.seqlen_q + kBM - 1) / kBM;
+  const int num_tiles = m_blocks * p.nheads * p.batch;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
+    mbar_init(q_empty, kNC * 128);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full + s, 1);
       mbar_init(v_full + s, 1);
@@ -99,31 +135,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (wg == 0) {  // producer: one thread issues every copy
     setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (t == 0 && n_iters > 0) {
+    if (t != 0) return;
+    int kv_count = 0, q_count = 0;  // K / V iterations and Q loads so far
+    for (int k = 0;; ++k) {
+      const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles);
+      if (tile < 0) break;
+      const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
+      if (ti.n_iters == 0) continue;
+      const int tb = p.is_varlen ? 0 : ti.b;  // TMA rows: q_row0 / k_row0 + r
+      const int q_row = static_cast<int>(ti.si.q_row0) + ti.m0;
+      const int k_row = static_cast<int>(ti.si.k_row0);
       auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
                       int head) {
         if (p.is_varlen) tma_load_3d(dst, map, bar, col, row, head);
         else tma_load_4d(dst, map, bar, col, row, head, tb);
       };
+      if (q_count > 0) mbar_wait(q_empty, (q_count - 1) & 1);  // the last tile's S are done
       mbar_arrive_expect_tx(q_full, Cfg::kQBytes);
 #pragma unroll
       for (int c = 0; c < kD / 64; ++c)
-        load(smem + c * Cfg::kQChunk, &maps.q, q_full, c * 64, q_row, h);
-      for (int it = 0; it < n_iters; ++it) {  // key blocks from the last (masked) down
-        const int stage = it % kStages, use = it / kStages;
-        const int n0 = (kbl.hi - 1 - it) * kBN;
+        load(smem + c * Cfg::kQChunk, &maps.q, q_full, c * 64, q_row, ti.h);
+      ++q_count;
+      for (int it = 0; it < ti.n_iters; ++it, ++kv_count) {
+        const int stage = kv_count % kStages, use = kv_count / kStages;
+        const int n0 = (ti.kbl.hi - 1 - it) * kBN;
         uint8_t* sk = smem + Cfg::kSmemK + stage * Cfg::kKBytes;
         uint8_t* sv = smem + Cfg::kSmemV + stage * Cfg::kVBytes;
         if (use > 0) mbar_wait(k_empty + stage, (use - 1) & 1);
         mbar_arrive_expect_tx(k_full + stage, Cfg::kKBytes);
 #pragma unroll
         for (int c = 0; c < kD / 64; ++c)
-          load(sk + c * Cfg::kKVChunk, &maps.k, k_full + stage, c * 64, k_row + n0, hk);
+          load(sk + c * Cfg::kKVChunk, &maps.k, k_full + stage, c * 64, k_row + n0, ti.hk);
         if (use > 0) mbar_wait(v_empty + stage, (use - 1) & 1);
         mbar_arrive_expect_tx(v_full + stage, Cfg::kVBytes);
 #pragma unroll
         for (int c = 0; c < kDv / 64; ++c)
-          load(sv + c * Cfg::kKVChunk, &maps.v, v_full + stage, c * 64, k_row + n0, hk);
+          load(sv + c * Cfg::kKVChunk, &maps.v, v_full + stage, c * 64, k_row + n0, ti.hk);
       }
     }
     return;
@@ -131,177 +178,201 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   setmaxnreg_inc<Cfg::kConsumerRegs>();
   const int c = wg - 1, warp = t / 32, lane = t % 32;
-  const int row0 = m0 + c * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
-  int kb[2], ke[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    kb[r] = mi.key_begin(row0 + 8 * r);
-    ke[r] = mi.key_end(row0 + 8 * r);
-  }
   const float scale_log2 = p.softmax_scale_log2;
-  float o[kDv / 2], s[kBN / 2], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  float alpha[2];
-  uint32_t pa[kBN / 16][4], pb[kBN / 16][4];
-#pragma unroll
-  for (int i = 0; i < kDv / 2; ++i) o[i] = 0.f;
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
+  int kv_base = 0, q_count = 0;  // as the producer counts them
+  for (int k = 0;; ++k) {
+    const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles);
+    if (tile < 0) break;
+    const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
+    if (ti.m0 >= ti.si.seqlen_q) continue;  // varlen: past this sequence
+    const int n_iters = ti.n_iters;
+    const int row0 = ti.m0 + c * 64 + warp * 16 + lane / 4;  // this thread's rows: +0, +8
+    int kb[2], ke[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      kb[r] = ti.mi.key_begin(row0 + 8 * r);
+      ke[r] = ti.mi.key_end(row0 + 8 * r);
+    }
+    float o[kDv / 2], s[kBN / 2], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    float alpha[2];
+    uint32_t pa[kBN / 16][4], pb[kBN / 16][4];
+#pragma unroll
+    for (int i = 0; i < kDv / 2; ++i) o[i] = 0.f;
 
-  auto wait_k = [&](int it) { mbar_wait(k_full + it % kStages, (it / kStages) & 1); };
-  auto wait_v = [&](int it) { mbar_wait(v_full + it % kStages, (it / kStages) & 1); };
-  auto release_k = [&](int it) { mbar_arrive(k_empty + it % kStages); };
-  auto release_v = [&](int it) { mbar_arrive(v_empty + it % kStages); };
-  // Ping-pong: warpgroup c issues its MMAs between sync(1 + c) and an arrive on the next
-  // one's barrier (a ring); each barrier counts two warpgroups (256 threads).
-  auto turn_begin = [&] {
-    if constexpr (kSchedule == kPingPong) named_bar_sync(1 + c, 256);
-  };
-  auto turn_end = [&] {
-    if constexpr (kSchedule == kPingPong) named_bar_arrive(1 + (c + 1) % kNC, 256);
-  };
-  auto issue_qk = [&](int it) {  // S = Q K^T of iteration it (its K has landed)
-    const uint32_t k_base = smem_u32(smem + Cfg::kSmemK + (it % kStages) * Cfg::kKBytes);
-    wgmma_fence();
+    auto wait_k = [&](int it) {
+      mbar_wait(k_full + (kv_base + it) % kStages, ((kv_base + it) / kStages) & 1);
+    };
+    auto wait_v = [&](int it) {
+      mbar_wait(v_full + (kv_base + it) % kStages, ((kv_base + it) / kStages) & 1);
+    };
+    auto release_v = [&](int it) { mbar_arrive(v_empty + (kv_base + it) % kStages); };
+    // S of iteration it is in registers: its K stage is free, and after the tile's last S
+    // so is Q (the producer may load the next tile's).
+    auto s_done = [&](int it) {
+      mbar_arrive(k_empty + (kv_base + it) % kStages);
+      if (it == n_iters - 1) mbar_arrive(q_empty);
+    };
+    // Ping-pong: warpgroup c issues its MMAs between sync(1 + c) and an arrive on the next
+    // one's barrier (a ring); each barrier counts two warpgroups (256 threads).
+    auto turn_begin = [&] {
+      if constexpr (kSchedule == kPingPong) named_bar_sync(1 + c, 256);
+    };
+    auto turn_end = [&] {
+      if constexpr (kSchedule == kPingPong) named_bar_arrive(1 + (c + 1) % kNC, 256);
+    };
+    auto issue_qk = [&](int it) {  // S = Q K^T of iteration it (its K has landed)
+      const uint32_t k_base =
+          smem_u32(smem + Cfg::kSmemK + ((kv_base + it) % kStages) * Cfg::kKBytes);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
-      wgmma_ss<false, Element>(
-          s, gmma_desc_sw128(q_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024),
-          gmma_desc_sw128(k_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024), kk > 0);
-    }
-    wgmma_commit();
-  };
-  auto issue_pv = [&](int it, const uint32_t (&a)[kBN / 16][4]) {
-    const uint32_t v_base = smem_u32(smem + Cfg::kSmemV + (it % kStages) * Cfg::kVBytes);
-    wgmma_fence();
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
+        wgmma_ss<false, Element>(
+            s, gmma_desc_sw128(q_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024),
+            gmma_desc_sw128(k_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024), kk > 0);
+      }
+      wgmma_commit();
+    };
+    auto issue_pv = [&](int it, const uint32_t (&a)[kBN / 16][4]) {
+      const uint32_t v_base =
+          smem_u32(smem + Cfg::kSmemV + ((kv_base + it) % kStages) * Cfg::kVBytes);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes
-      wgmma_rs<true, Element>(
-          o, a[kk], gmma_desc_sw128(v_base + kk * 16 * 128, Cfg::kKVChunk, 1024), 1);
-    wgmma_commit();
-  };
-  // Masks S of iteration it, updates the row max and sums (alpha: the factor O still needs),
-  // and packs P = exp2(S * scale - max) into `a` as the A operand of P V.
-  auto softmax = [&](int it, uint32_t (&a)[kBN / 16][4]) {
-    const int n0 = (kbl.hi - 1 - it) * kBN;
-    if (n0 < kb[0] || n0 < kb[1] || n0 + kBN > ke[0] || n0 + kBN > ke[1]) {
+      for (int kk = 0; kk < kBN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes
+        wgmma_rs<true, Element>(
+            o, a[kk], gmma_desc_sw128(v_base + kk * 16 * 128, Cfg::kKVChunk, 1024), 1);
+      wgmma_commit();
+    };
+    // Masks S of iteration it, updates the row max and sums (alpha: the factor O still
+    // needs), and packs P = exp2(S * scale - max) into `a` as the A operand of P V.
+    auto softmax = [&](int it, uint32_t (&a)[kBN / 16][4]) {
+      const int n0 = (ti.kbl.hi - 1 - it) * kBN;
+      if (n0 < kb[0] || n0 < kb[1] || n0 + kBN > ke[0] || n0 + kBN > ke[1]) {
 #pragma unroll
-      for (int j = 0; j < kSN; ++j)
+        for (int j = 0; j < kSN; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = n0 + j * 8 + (lane % 4) * 2 + (e & 1), r = e >> 1;
-          if (col < kb[r] || col >= ke[r]) s[j * 4 + e] = -INFINITY;
-        }
-    }
+          for (int e = 0; e < 4; ++e) {
+            const int col = n0 + j * 8 + (lane % 4) * 2 + (e & 1), r = e >> 1;
+            if (col < kb[r] || col >= ke[r]) s[j * 4 + e] = -INFINITY;
+          }
+      }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {  // 4 lanes share a row
-      float mx = row_max[r];
+      for (int r = 0; r < 2; ++r) {  // 4 lanes share a row
+        float mx = row_max[r];
 #pragma unroll
-      for (int j = 0; j < kSN; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + 2 * r], s[j * 4 + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-      // -inf guards: a row with nothing visible yet keeps max -inf and P = 0 (exp2(-inf)).
-      const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-      alpha[r] = row_max[r] == -INFINITY ? 0.f : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
-      row_max[r] = mx;
-      float sum = 0.f;
+        for (int j = 0; j < kSN; ++j)
+          mx = fmaxf(mx, fmaxf(s[j * 4 + 2 * r], s[j * 4 + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        // -inf guards: a row with nothing visible yet keeps max -inf and P = 0 (exp2(-inf)).
+        const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+        alpha[r] = row_max[r] == -INFINITY ? 0.f : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
+        row_max[r] = mx;
+        float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < kSN; ++j)
+        for (int j = 0; j < kSN; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = exp2_ftz(fmaf(s[j * 4 + 2 * r + e], scale_log2, -m_scaled));
-          s[j * 4 + 2 * r + e] = pv;
-          sum += pv;
-        }
-      row_sum[r] = row_sum[r] * alpha[r] + sum;
-    }
+          for (int e = 0; e < 2; ++e) {
+            const float pv = exp2_ftz(fmaf(s[j * 4 + 2 * r + e], scale_log2, -m_scaled));
+            s[j * 4 + 2 * r + e] = pv;
+            sum += pv;
+          }
+        row_sum[r] = row_sum[r] * alpha[r] + sum;
+      }
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const float* s0 = s + 8 * kk;  // n8 blocks 2 kk and 2 kk + 1
-      a[kk][0] = pack_x2<Element>(s0[0], s0[1]);
-      a[kk][1] = pack_x2<Element>(s0[2], s0[3]);
-      a[kk][2] = pack_x2<Element>(s0[4], s0[5]);
-      a[kk][3] = pack_x2<Element>(s0[6], s0[7]);
-    }
-  };
-  auto rescale_o = [&]() {
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const float* s0 = s + 8 * kk;  // n8 blocks 2 kk and 2 kk + 1
+        a[kk][0] = pack_x2<Element>(s0[0], s0[1]);
+        a[kk][1] = pack_x2<Element>(s0[2], s0[3]);
+        a[kk][2] = pack_x2<Element>(s0[4], s0[5]);
+        a[kk][3] = pack_x2<Element>(s0[6], s0[7]);
+      }
+    };
+    auto rescale_o = [&]() {
 #pragma unroll
-    for (int j = 0; j < kON; ++j)
+      for (int j = 0; j < kON; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[j * 4 + e] *= alpha[e >> 1];
-  };
+        for (int e = 0; e < 4; ++e) o[j * 4 + e] *= alpha[e >> 1];
+    };
 
-  if (n_iters > 0) mbar_wait(q_full, 0);
-  if (n_iters > 0) {
-    // Turns: S_0; then (S_{j+1}, P_j V_j) for j < n - 1; then P_{n-1} V_{n-1}. The last
-    // warpgroup lets warpgroup 0 take the first turn and skips its own last arrive, so every
-    // sync has its arrive and none is left over.
-    if (kSchedule == kPingPong && c == kNC - 1) named_bar_arrive(1, 256);
-    wait_k(0);
-    turn_begin();
-    issue_qk(0);
-    turn_end();
-    wgmma_wait<0>();
-    wgmma_fence_operands(s);
-    release_k(0);
-    softmax(0, pa);
-    // Two P buffers in turn (no copy the register allocator could fold into one), and each
-    // step's MMAs in straight-line code: otherwise ptxas serialises the MMAs (C7513 / C7514)
-    // because it cannot see that wait<1> retires S while P V still reads P.
-    auto step = [&](int it, const uint32_t (&cur)[kBN / 16][4], uint32_t (&nxt)[kBN / 16][4]) {
-      wait_k(it + 1);
-      wait_v(it);
+    if (n_iters > 0) {
+      mbar_wait(q_full, q_count & 1);
+      // Turns: S_0; then (S_{j+1}, P_j V_j) for j < n - 1; then P_{n-1} V_{n-1}. The last
+      // warpgroup lets warpgroup 0 take the first turn and skips its own last arrive, so
+      // every sync has its arrive and none is left over when the tile ends.
+      if (kSchedule == kPingPong && c == kNC - 1) named_bar_arrive(1, 256);
+      wait_k(0);
       turn_begin();
-      issue_qk(it + 1);
-      issue_pv(it, cur);
+      issue_qk(0);
       turn_end();
-      wgmma_wait<1>();
+      wgmma_wait<0>();
       wgmma_fence_operands(s);
-      release_k(it + 1);
-      softmax(it + 1, nxt);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o);
-      release_v(it);
-      rescale_o();
-    };
-    auto last = [&](int it, const uint32_t (&cur)[kBN / 16][4]) {
-      wait_v(it);
-      turn_begin();
-      issue_pv(it, cur);
-      if (c != kNC - 1) turn_end();
-      wgmma_wait<0>();
-      wgmma_fence_operands(o);
-      release_v(it);
-    };
-    for (int it = 0;; it += 2) {
-      if (it + 1 >= n_iters) { last(it, pa); break; }
-      step(it, pa, pb);
-      if (it + 2 >= n_iters) { last(it + 1, pb); break; }
-      step(it + 1, pb, pa);
+      s_done(0);
+      softmax(0, pa);
+      // Two P buffers in turn (no copy the register allocator could fold into one), and
+      // each step's MMAs in straight-line code: otherwise ptxas serialises the MMAs (C7513 /
+      // C7514) because it cannot see that wait<1> retires S while P V still reads P.
+      auto step = [&](int it, const uint32_t (&cur)[kBN / 16][4],
+                      uint32_t (&nxt)[kBN / 16][4]) {
+        wait_k(it + 1);
+        wait_v(it);
+        turn_begin();
+        issue_qk(it + 1);
+        issue_pv(it, cur);
+        turn_end();
+        wgmma_wait<1>();
+        wgmma_fence_operands(s);
+        s_done(it + 1);
+        softmax(it + 1, nxt);
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+        release_v(it);
+        rescale_o();
+      };
+      auto last = [&](int it, const uint32_t (&cur)[kBN / 16][4]) {
+        wait_v(it);
+        turn_begin();
+        issue_pv(it, cur);
+        if (c != kNC - 1) turn_end();
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+        release_v(it);
+      };
+      for (int it = 0;; it += 2) {
+        if (it + 1 >= n_iters) { last(it, pa); break; }
+        step(it, pa, pb);
+        if (it + 2 >= n_iters) { last(it + 1, pb); break; }
+        step(it + 1, pb, pa);
+      }
+      ++q_count;
+      kv_base += n_iters;
     }
-  }
 
-  // Epilogue: O / rowsum in Element straight from registers, columns below headdim_v (a
-  // multiple of 8); lse = max * scale + ln(sum), -inf (and O = 0) for a row with no visible key.
-  Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + h * p.o_head_stride +
-                 si.q_row0 * p.o_row_stride;
-  float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
-  const int dv_blocks = p.headdim_v / 8;
+    // Epilogue: O / rowsum in Element straight from registers, columns below headdim_v (a
+    // multiple of 8); lse = max * scale + ln(sum), -inf (and O = 0) for a row with no key.
+    Element* out = static_cast<Element*>(p.o_ptr) + ti.b * p.o_batch_stride +
+                   ti.h * p.o_head_stride + ti.si.q_row0 * p.o_row_stride;
+    float* lse = p.lse_ptr + ti.b * p.lse_batch_stride + ti.h * p.lse_head_stride + ti.si.q_row0;
+    const int dv_blocks = p.headdim_v / 8;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    sum += __shfl_xor_sync(0xffffffff, sum, 2);
-    const int row = row0 + 8 * r;
-    if (row >= si.seqlen_q) continue;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffff, sum, 1);
+      sum += __shfl_xor_sync(0xffffffff, sum, 2);
+      const int row = row0 + 8 * r;
+      if (row >= ti.si.seqlen_q) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll
-    for (int j = 0; j < kON; ++j)
-      if (j < dv_blocks)
-        *reinterpret_cast<uint32_t*>(orow + j * 8) =
-            pack_x2<Element>(o[j * 4 + 2 * r] * inv, o[j * 4 + 2 * r + 1] * inv);
-    if (lane % 4 == 0)
-      lse[row] = sum == 0.f ? -INFINITY : row_max[r] * scale_log2 * 0.6931471805599453f + logf(sum);
+      for (int j = 0; j < kON; ++j)
+        if (j < dv_blocks)
+          *reinterpret_cast<uint32_t*>(orow + j * 8) =
+              pack_x2<Element>(o[j * 4 + 2 * r] * inv, o[j * 4 + 2 * r + 1] * inv);
+      if (lane % 4 == 0)
+        lse[row] =
+            sum == 0.f ? -INFINITY : row_max[r] * scale_log2 * 0.6931471805599453f + logf(sum);
+    }
   }
 }
 

@@ -6,6 +6,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -77,6 +79,8 @@ inline const char* fwd_unsupported(const FwdParams& p) {
     return "varlen without cu_seqlens_q and cu_seqlens_k";
   if (p.total_q >= (int64_t(1) << 31) || p.total_k >= (int64_t(1) << 31))
     return "2^31 rows or more (TMA coordinates are int32)";
+  if ((int64_t(p.seqlen_q) + 63) / 64 * p.nheads * p.batch > INT32_MAX)
+    return "2^31 query tiles or more";
   if (!al16(p.q_ptr) || !al16(p.k_ptr) || !al16(p.v_ptr))
     return "q, k or v not 16-byte aligned (TMA)";
   if (!ok_strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, 8) ||
@@ -89,9 +93,10 @@ inline const char* fwd_unsupported(const FwdParams& p) {
   return nullptr;
 }
 
-// One launch of the kernel of a given shape (the self-test times several).
+// One launch of the kernel of a given shape (the self-test times several). The grid is
+// persistent: min(tiles, max_ctas), max_ctas 0 = the SM count (one CTA fits an SM).
 template <class Cfg, typename Element>
-void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, int64_t max_ctas = 0) {
   if (const char* why = fwd_unsupported(p))
     throw std::runtime_error(std::string("flashattn sm90 fwd: unsupported call: ") + why);
   if (p.headdim > Cfg::kD || p.headdim_v > Cfg::kDv)
@@ -115,12 +120,19 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
                     tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch,
                                         p.v_row_stride, p.v_head_stride, p.v_batch_stride,
                                         Cfg::kBN)};
-  const int64_t m_blocks = (p.seqlen_q + Cfg::kBM - 1) / Cfg::kBM;
+  const int64_t tiles = (p.seqlen_q + Cfg::kBM - 1) / Cfg::kBM * p.nheads * p.batch;
+  if (tiles > INT32_MAX) throw std::runtime_error("flashattn sm90 fwd: 2^31 tiles or more");
+  if (max_ctas <= 0) max_ctas = current_device_attribute(cudaDevAttrMultiProcessorCount);
   auto kernel = fwd_kernel_sm90<Cfg, Element>;
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
-  const dim3 grid(static_cast<unsigned>(m_blocks), p.nheads, p.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps);
+  const unsigned grid = static_cast<unsigned>(tiles < max_ctas ? tiles : max_ctas);
+  // (head, sequence) pairs per group of the tile order: as many as keep their K and V within
+  // ~24 MB, half the H200's L2 (kernel_fwd_sm90.cuh, fwd_tile_info).
+  const int64_t kv_bytes = std::max<int64_t>(1, int64_t(p.seqlen_k) * (p.headdim + p.headdim_v) * 2);
+  const int64_t pairs = int64_t(p.nheads) * p.batch;
+  const int group = static_cast<int>(std::clamp<int64_t>((int64_t(24) << 20) / kv_bytes, 1, pairs));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, group);
   FLASHATTN_LAUNCH_CHECK();
 }
 

@@ -25,15 +25,16 @@ echo "== build rc=$? ($(( $(date +%s) - t0 )) s, TORCH_CUDA_ARCH_LIST=${TORCH_CU
 wait $st_pid; echo "== selftest build rc=$?"; tail -n 5 "$OUT/selftest_build.log"
 for D in ${SELFTEST_DIMS:-64 128 256}; do
   grep -E "spill" "$OUT/selftest_ptxas$D.log" | sort | uniq -c
-  /tmp/st/selftest_fwd_sm90_d$D > "$OUT/selftest_d$D.log" 2>&1; echo "== selftest d$D rc=$?"
+  /tmp/st/selftest_fwd_sm90_d$D ${SELFTEST_ARGS:-} > "$OUT/selftest_d$D.log" 2>&1; echo "== selftest d$D rc=$?"
   grep -E "FAIL|failed" "$OUT/selftest_d$D.log" | head -20; tail -n 14 "$OUT/selftest_d$D.log"
 done
 for force in ${TEST_FORCE:-auto sm90}; do
   t1=$(date +%s)
-  FLASHATTN_FORCE_BACKEND=$force FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$PWD python3 -m pytest -q -rs \
+  FLASHATTN_FORCE_BACKEND=$force FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$PWD python3 -m pytest -q -rfEs \
     -p no:cacheprovider -n 8 tests -k "${TEST_K:-cuda}" > "$OUT/tests_$force.log" 2>&1
   echo "== tests ($force) rc=$?: $(tail -n 1 "$OUT/tests_$force.log") ($(( $(date +%s) - t1 )) s)"
   grep -E "^(FAILED|ERROR)" "$OUT/tests_$force.log" | head -20
+  grep -E "^E  " "$OUT/tests_$force.log" | head -40
 done
 grep -E "^SKIPPED" "$OUT/tests_sm90.log" 2>/dev/null | sed -E 's/.*(does not take this call: [^(]*).*/\1/' \
   | sort | uniq -c | sort -rn | head -8

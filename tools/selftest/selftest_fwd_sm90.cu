@@ -37,6 +37,10 @@ struct Candidate {
 };
 template <class C>
 static void run90(const FwdParams& p) { sm90::launch_fwd_sm90<C, bf16>(p, nullptr); }
+template <class C>  // one CTA per tile (the grid before the persistent one)
+static void run90_grid(const FwdParams& p) {
+  sm90::launch_fwd_sm90<C, bf16>(p, nullptr, INT64_MAX);
+}
 using sm90::kOverlap;
 using sm90::kPingPong;
 constexpr sm90::FwdTile kPkg = sm90::fwd_tile(kD, kD, false);
@@ -44,6 +48,7 @@ using Pkg = sm90::FwdConfigOf<kD, kD, false>;
 #if SELFTEST_D == 64
 static const Candidate kCandidates[] = {
     {"pkg", run90<Pkg>},
+    {"pkg 1/tile", run90_grid<Pkg>},
     {"192x128 ov", run90<Cfg<192, 128, 2, kOverlap>>},
     {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
     {"128x192 pp", run90<Cfg<128, 192, 2, kPingPong>>},
@@ -52,6 +57,7 @@ static const Candidate kCandidates[] = {
 #elif SELFTEST_D == 128
 static const Candidate kCandidates[] = {
     {"pkg", run90<Pkg>},
+    {"pkg 1/tile", run90_grid<Pkg>},
     {"128x128 ov", run90<Cfg<128, 128, 2, kOverlap>>},
     {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
     {"128x176 ov", run90<Cfg<128, 176, 2, kOverlap>>},
@@ -60,6 +66,7 @@ static const Candidate kCandidates[] = {
 #elif SELFTEST_D == 256
 static const Candidate kCandidates[] = {
     {"pkg", run90<Pkg>},
+    {"pkg 1/tile", run90_grid<Pkg>},
     {"128x80 pp", run90<Cfg<128, 80, 2, kPingPong>>},
     {"128x64 ov", run90<Cfg<128, 64, 2, kOverlap>>},
     {"128x64 pp", run90<Cfg<128, 64, 2, kPingPong>>},
