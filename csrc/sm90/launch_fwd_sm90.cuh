@@ -94,7 +94,7 @@ inline const char* fwd_unsupported(const FwdParams& p) {
 }
 
 // One launch of the kernel of a given shape (the self-test times several). The grid is
-// persistent: min(tiles, max_ctas), max_ctas 0 = the SM count (one CTA fits an SM).
+// persistent: min(tiles, max_ctas), max_ctas 0 = the package's choice below.
 template <class Cfg, typename Element>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, int64_t max_ctas = 0) {
   if (const char* why = fwd_unsupported(p))
@@ -122,16 +122,20 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, int64_t max_ctas =
                                         Cfg::kBN)};
   const int64_t tiles = (p.seqlen_q + Cfg::kBM - 1) / Cfg::kBM * p.nheads * p.batch;
   if (tiles > INT32_MAX) throw std::runtime_error("flashattn sm90 fwd: 2^31 tiles or more");
-  if (max_ctas <= 0) max_ctas = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  // Causal / window: one CTA per tile, the hardware's block scheduler evening out the unequal
+  // tiles (a static persistent deal lost 10-45% at 8k-16k causal: package benchmark,
+  // benchmarks/NOTES.md). Otherwise persistent, one CTA per SM.
+  const bool local = p.window_left >= 0 || p.window_right >= 0;
+  if (max_ctas <= 0)
+    max_ctas = local ? tiles : current_device_attribute(cudaDevAttrMultiProcessorCount);
   auto kernel = fwd_kernel_sm90<Cfg, Element>;
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
   const unsigned grid = static_cast<unsigned>(tiles < max_ctas ? tiles : max_ctas);
-  // (head, sequence) pairs per group of the tile order: as many as keep their K and V within
-  // ~24 MB, half the H200's L2 (kernel_fwd_sm90.cuh, fwd_tile_info).
-  const int64_t kv_bytes = std::max<int64_t>(1, int64_t(p.seqlen_k) * (p.headdim + p.headdim_v) * 2);
-  const int64_t pairs = int64_t(p.nheads) * p.batch;
-  const int group = static_cast<int>(std::clamp<int64_t>((int64_t(24) << 20) / kv_bytes, 1, pairs));
+  // One (head, sequence) pair per group of the tile order: a head's query blocks run together
+  // and its K / V stay in L2 (with groups of 3 at d128 16k nc, 24 MB of K / V, the package
+  // benchmark gave 543 TFLOP/s, the one-head order 606 before: benchmarks/NOTES.md).
+  const int group = 1;
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, group);
   FLASHATTN_LAUNCH_CHECK();
 }
