@@ -44,12 +44,14 @@ struct FwdTile {
 #define FLASHATTN_SM90_FWD_SCHEDULE 2
 #endif
 
-// `local`: causal or a sliding window. Starting points (FA3's tile_size.h, not yet measured
-// here unless said):
-// d64: 192 x 128, three consumer warpgroups (160 registers each: 192 x 192 would spill P).
-// d128: 128 x 128, ping-pong (package benchmark at 16k: 606 TFLOP/s nc and causal, serial
-//   539 / 525); 3 stages no gain.
-// d192: 128 x 112 (128 x 128 with v 128); d256: 128 x 80, the shared-memory limit at 2 stages.
+// `local`: causal or a sliding window (the same tiles so far). Self-test A/B at 16k, TFLOP/s
+// non-causal / causal (benchmarks/NOTES.md, 2026-12-01):
+// d64: 192 x 128 ping-pong, three consumer warpgroups (160 registers each) 528 / 478; 128 x 128
+//   443 / 415, 128 x 192 460 / 429, overlap only 491 / 426, 3 stages 516 / 461.
+// d128: 128 x 128 ping-pong 643 / 431 (causal: persistent then), 128 x 176 (FA3's) 628 / 438,
+//   overlap only 604 / 406; 3 stages no gain (earlier).
+// d192: 128 x 112 (128 x 128 with v 128), FA3's shapes, untimed; d256: 128 x 80 overlap 773 /
+//   467, ping-pong 726 / 408, 128 x 64 616 / 396 (80 is the shared-memory limit at 2 stages).
 constexpr FwdTile fwd_tile(int d, int dv, bool /*local*/) {
   constexpr int st = FLASHATTN_SM90_FWD_STAGES;
   return d <= 64    ? FwdTile{192, 128, st, kPingPong}
