@@ -75,9 +75,7 @@ def test_cuda_force_backend_sm80(monkeypatch):
 @pytest.mark.parametrize("what, kw, why", [
     ("d36", dict(d=36), "head dim"),
     ("dv36", dict(dv=36), "head dim"),
-    ("softcap", dict(softcap=5.0), "softcap"),
-    ("alibi", dict(alibi=True), "ALiBi"),
-    ("varlen-softcap", dict(varlen=True, softcap=1.0), "softcap"),
+    ("misaligned", dict(offset=4), "16-byte aligned"),
     ("strides", dict(noncontig=True), "strides"),
 ])
 def test_cuda_sm90_declines(what, kw, why, monkeypatch):
@@ -86,6 +84,9 @@ def test_cuda_sm90_declines(what, kw, why, monkeypatch):
     monkeypatch.delenv("FLASHATTN_FORCE_BACKEND", raising=False)  # the default choice first
     d, dv = kw.get("d", 128), kw.get("dv", kw.get("d", 128))
     q = rand([2, 300, 4, d], torch.bfloat16, "cuda", kw.get("noncontig", False))
+    if kw.get("offset"):  # the same values at a base 8 bytes past a 16-byte boundary
+        q = torch.empty(q.numel() + kw["offset"], dtype=q.dtype, device="cuda")[
+            kw["offset"]:].view(q.shape).copy_(q)
     k = rand([2, 300, 4, d], torch.bfloat16, "cuda", kw.get("noncontig", False))
     v = rand([2, 300, 4, dv], torch.bfloat16, "cuda", kw.get("noncontig", False))
     opts = dict(softcap=kw.get("softcap", 0.0),
@@ -155,6 +156,30 @@ def test_cuda_sm90_forward(hd, case, force, dtype, monkeypatch):
     assert flashattn.kernel_path(q, k, v, **kw) == "sm90"
     assert flashattn.kernel_path(q, k, v, direction="bwd", **kw) == "sm80"
     dout = rand([B, sq, H, dv], dtype, "cuda")
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    out, lse, _ = flashattn.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kw)
+    dq, dk, dv_ = torch.autograd.grad(out, (qg, kg, vg), dout)
+    ref, low = ref_and_lowp(q, k, v, dout, **kw)
+    check_results(dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv_), ref, low, dtype)
+
+
+@needs_sm90
+@pytest.mark.parametrize("hd", [(128, 128), (64, 64), (256, 256), (192, 128)],
+                         ids=lambda h: f"d{h[0]}x{h[1]}")
+@pytest.mark.parametrize("mod", ["softcap", "alibi", "both", "negative-scale"])
+def test_cuda_sm90_score_mod(hd, mod, monkeypatch):
+    """softcap, ALiBi (per (batch, head) slopes), both, and a negative scale on the sm90 forward
+    (its transformed-score kernels), causal with GQA, against float64; grads via sm80."""
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    (d, dv), dtype, B, sq, sk = hd, torch.bfloat16, 2, 333, 517
+    q, k, v = (rand([B, n, h, e], dtype, "cuda") for n, h, e in ((sq, 6, d), (sk, 2, d),
+                                                                   (sk, 2, dv)))
+    kw = dict(causal=mod != "negative-scale",
+              softcap=3.0 if mod in ("softcap", "both") else 0.0,
+              alibi_slopes=torch.rand(B, 6, device="cuda") if mod in ("alibi", "both") else None,
+              softmax_scale=-0.5 * d ** -0.5 if mod == "negative-scale" else None)
+    assert flashattn.kernel_path(q, k, v, **kw) == "sm90"
+    dout = rand([B, sq, 6, dv], dtype, "cuda")
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     out, lse, _ = flashattn.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kw)
     dq, dk, dv_ = torch.autograd.grad(out, (qg, kg, vg), dout)

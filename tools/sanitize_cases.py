@@ -58,6 +58,11 @@ def sm90_cases():
     # Varlen: packed rows, a block crossing into the next sequence, empty sequences
     run_varlen([130, 0, 257, 1], [300, 5, 0, 399], 4, 2, 128, bf16, causal=True)
     run_varlen([200, 3], [700, 64], 2, 2, 64, fp16)
+    # The transformed-score kernels: softcap and ALiBi, padded and varlen
+    run_padded(2, 300, 420, 4, 2, 128, 128, bf16, causal=True, softcap=5.0,
+               alibi_slopes=torch.rand(2, 4, device=dev))
+    run_varlen([130, 0, 257], [300, 5, 199], 2, 2, 256, bf16, softcap=2.0,
+               alibi_slopes=torch.rand(2, device=dev))
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

@@ -10,6 +10,7 @@
 
 #include "../common/mask.h"
 #include "../common/params.h"
+#include "../common/score_mod.h"
 #include "../common/seqlen.h"
 #include "primitives_sm80.cuh"
 #include "tile_fwd_sm80.h"
@@ -313,10 +314,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
           for (int ni = 0; ni < kNFragsS; ++ni)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              float x = acc_s[mi][ni][e] * p.softmax_scale;
-              if (has_cap) x = cap * tanhf(x * inv_cap);
               const int dist = m0 + row_of(mi, e >> 1) + shift - (n0 + ni * 8 + 2 * t + (e & 1));
-              acc_s[mi][ni][e] = x - slope * static_cast<float>(dist < 0 ? -dist : dist);
+              acc_s[mi][ni][e] = score_mod(acc_s[mi][ni][e] * p.softmax_scale, has_cap, cap,
+                                           inv_cap, slope, dist);
             }
       }
       // Masks only on blocks that cross the sequence end or a window edge.

@@ -15,6 +15,7 @@
 
 #include "../common/mask.h"
 #include "../common/params.h"
+#include "../common/score_mod.h"
 #include "../common/seqlen.h"
 #include "primitives_sm90.cuh"
 #include "tile_fwd_sm90.h"
@@ -97,11 +98,13 @@ __device__ __forceinline__ int fwd_tile_of(int k, int cta, int ctas, int num_til
 }
 
 // Persistent: CTA i takes tiles fwd_tile_of(0, i), fwd_tile_of(1, i), ... (grid = SM count;
-// or one tile per CTA, the self-test's A/B). The producer runs ahead into the next tile (its Q once the consumers'
+// or one tile per CTA). Has_score_mod: softcap and / or ALiBi (or a scale <= 0): S is turned
+// into natural-log units (common/score_mod.h) before the softmax, else the raw q.k feeds exp2
+// with the folded scale. The producer runs ahead into the next tile (its Q once the consumers'
 // last S is done, its K / V as stages free up), so loads overlap the epilogue. The K / V ring
 // counts iterations across tiles. Key blocks are visited from the last (the masked one, for
 // causal) down.
-template <class Cfg, typename Element>
+template <class Cfg, typename Element, bool Has_score_mod>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
                     int group) {
@@ -178,7 +181,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   setmaxnreg_inc<Cfg::kConsumerRegs>();
   const int c = wg - 1, warp = t / 32, lane = t % 32;
-  const float scale_log2 = p.softmax_scale_log2;
+  const float scale_log2 = Has_score_mod ? 1.4426950408889634f : p.softmax_scale_log2;
+  const bool has_cap = p.softcap > 0.f;
+  const float cap = p.softcap, inv_cap = has_cap ? 1.f / p.softcap : 0.f;
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
   int kv_base = 0, q_count = 0;  // as the producer counts them
   for (int k = 0;; ++k) {
@@ -248,6 +253,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // needs), and packs P = exp2(S * scale - max) into `a` as the A operand of P V.
     auto softmax = [&](int it, uint32_t (&a)[kBN / 16][4]) {
       const int n0 = (ti.kbl.hi - 1 - it) * kBN;
+      if constexpr (Has_score_mod) {
+        const float slope = alibi_slope(p, ti.b, ti.h);
+        const int diag = row0 + ti.si.seqlen_k - ti.si.seqlen_q - n0 - (lane % 4) * 2;
+#pragma unroll
+        for (int j = 0; j < kSN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[j * 4 + e] = score_mod(s[j * 4 + e] * p.softmax_scale, has_cap, cap, inv_cap, slope,
+                                     diag + 8 * (e >> 1) - j * 8 - (e & 1));
+      }
       if (n0 < kb[0] || n0 < kb[1] || n0 + kBN > ke[0] || n0 + kBN > ke[1]) {
 #pragma unroll
         for (int j = 0; j < kSN; ++j)

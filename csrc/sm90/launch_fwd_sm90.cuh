@@ -70,9 +70,6 @@ inline const char* fwd_unsupported(const FwdParams& p) {
     return "dtype (it takes float16 and bfloat16)";
   if (fwd_variant(p.headdim, p.headdim_v) < 0)
     return "head dim (it takes qk and v head dims that are multiples of 8, up to 256)";
-  if (p.softcap != 0.f) return "softcap (not yet)";
-  if (p.alibi_slopes != nullptr) return "ALiBi (not yet)";
-  if (!(p.softmax_scale > 0.f)) return "a softmax_scale <= 0 (max-then-scale needs it > 0)";
   if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0) return "nheads not a multiple of nheads_k";
   if (p.nheads > 65535 || p.batch > 65535) return "more than 65535 heads or batch entries";
   if (p.is_varlen && (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr))
@@ -95,8 +92,8 @@ inline const char* fwd_unsupported(const FwdParams& p) {
 
 // One launch of the kernel of a given shape (the self-test times several). The grid is
 // persistent: min(tiles, max_ctas), max_ctas 0 = the package's choice below.
-template <class Cfg, typename Element>
-void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, int64_t max_ctas = 0) {
+template <class Cfg, typename Element, bool Has_score_mod>
+void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, int64_t max_ctas) {
   if (const char* why = fwd_unsupported(p))
     throw std::runtime_error(std::string("flashattn sm90 fwd: unsupported call: ") + why);
   if (p.headdim > Cfg::kD || p.headdim_v > Cfg::kDv)
@@ -128,7 +125,7 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, int64_t max_ctas =
   const bool local = p.window_left >= 0 || p.window_right >= 0;
   if (max_ctas <= 0)
     max_ctas = local ? tiles : current_device_attribute(cudaDevAttrMultiProcessorCount);
-  auto kernel = fwd_kernel_sm90<Cfg, Element>;
+  auto kernel = fwd_kernel_sm90<Cfg, Element, Has_score_mod>;
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
   const unsigned grid = static_cast<unsigned>(tiles < max_ctas ? tiles : max_ctas);
@@ -138,6 +135,16 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, int64_t max_ctas =
   const int group = 1;
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, group);
   FLASHATTN_LAUNCH_CHECK();
+}
+
+// The kernel of a shape for this call: with the score transform when softcap or ALiBi is on
+// (or the scale is <= 0: max-then-scale needs it > 0).
+template <class Cfg, typename Element>
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, int64_t max_ctas = 0) {
+  if (p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
+    launch_fwd_sm90_kernel<Cfg, Element, true>(p, stream, max_ctas);
+  else
+    launch_fwd_sm90_kernel<Cfg, Element, false>(p, stream, max_ctas);
 }
 
 // The package's kernels of the (kD, kDv) variant: tile_fwd_sm90.h's tile, the local one
