@@ -90,10 +90,17 @@ inline const char* fwd_unsupported(const FwdParams& p) {
   return nullptr;
 }
 
-// One launch of the kernel of a given shape (the self-test times several). The grid is
-// persistent: min(tiles, max_ctas), max_ctas 0 = the package's choice below.
+// Launch geometry: max_ctas bounds the grid (a persistent one when below the tile count),
+// group is the (head, sequence) pairs per group of the tile order (kernel_fwd_sm90.cuh); 0 =
+// the package's choice (below). The self-test times the alternatives.
+struct FwdGrid {
+  int64_t max_ctas = 0;
+  int group = 0;
+};
+
+// One launch of the kernel of a given shape (the self-test times several).
 template <class Cfg, typename Element, bool Has_score_mod>
-void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, int64_t max_ctas) {
+void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) {
   if (const char* why = fwd_unsupported(p))
     throw std::runtime_error(std::string("flashattn sm90 fwd: unsupported call: ") + why);
   if (p.headdim > Cfg::kD || p.headdim_v > Cfg::kDv)
@@ -123,8 +130,9 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, int64_t max
   // tiles (a static persistent deal lost 10-45% at 8k-16k causal: package benchmark,
   // benchmarks/NOTES.md). Otherwise persistent, one CTA per SM.
   const bool local = p.window_left >= 0 || p.window_right >= 0;
-  if (max_ctas <= 0)
-    max_ctas = local ? tiles : current_device_attribute(cudaDevAttrMultiProcessorCount);
+  const int64_t max_ctas = g.max_ctas > 0   ? g.max_ctas
+                           : local          ? tiles
+                                            : current_device_attribute(cudaDevAttrMultiProcessorCount);
   auto kernel = fwd_kernel_sm90<Cfg, Element, Has_score_mod>;
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
@@ -132,7 +140,8 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, int64_t max
   // One (head, sequence) pair per group of the tile order: a head's query blocks run together
   // and its K / V stay in L2 (with groups of 3 at d128 16k nc, 24 MB of K / V, the package
   // benchmark gave 543 TFLOP/s, the one-head order 606 before: benchmarks/NOTES.md).
-  const int group = 1;
+  const int group = static_cast<int>(std::min<int64_t>(g.group > 0 ? g.group : 1,
+                                                       int64_t(p.nheads) * p.batch));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, group);
   FLASHATTN_LAUNCH_CHECK();
 }
@@ -140,11 +149,11 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, int64_t max
 // The kernel of a shape for this call: with the score transform when softcap or ALiBi is on
 // (or the scale is <= 0: max-then-scale needs it > 0).
 template <class Cfg, typename Element>
-void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, int64_t max_ctas = 0) {
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
   if (p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
-    launch_fwd_sm90_kernel<Cfg, Element, true>(p, stream, max_ctas);
+    launch_fwd_sm90_kernel<Cfg, Element, true>(p, stream, g);
   else
-    launch_fwd_sm90_kernel<Cfg, Element, false>(p, stream, max_ctas);
+    launch_fwd_sm90_kernel<Cfg, Element, false>(p, stream, g);
 }
 
 // The package's kernels of the (kD, kDv) variant: tile_fwd_sm90.h's tile, the local one

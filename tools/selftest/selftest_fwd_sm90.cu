@@ -37,9 +37,23 @@ struct Candidate {
 };
 template <class C>
 static void run90(const FwdParams& p) { sm90::launch_fwd_sm90<C, bf16>(p, nullptr); }
-template <class C>  // one CTA per tile (the grid before the persistent one)
+template <class C>  // one CTA per tile (the package's grid for causal / window)
 static void run90_grid(const FwdParams& p) {
-  sm90::launch_fwd_sm90<C, bf16>(p, nullptr, INT64_MAX);
+  sm90::launch_fwd_sm90<C, bf16>(p, nullptr, {INT64_MAX, 0});
+}
+template <class C>  // persistent (the package's non-causal grid)
+static void run90_persistent(const FwdParams& p) {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  sm90::launch_fwd_sm90<C, bf16>(p, nullptr, {sms, 0});
+}
+// Heads grouped so a group's K and V fit in ~24 MB of L2, query blocks longest first across
+// the group (the order the package tried and gave up with the persistent snake; with one CTA
+// per tile the hardware deals the tiles).
+template <class C>
+static void run90_grouped(const FwdParams& p) {
+  const int64_t kv = std::max<int64_t>(1, int64_t(p.seqlen_k) * (p.headdim + p.headdim_v) * 2);
+  sm90::launch_fwd_sm90<C, bf16>(p, nullptr, {INT64_MAX, int(std::max<int64_t>(1, (24 << 20) / kv))});
 }
 using sm90::kOverlap;
 using sm90::kPingPong;
@@ -49,6 +63,8 @@ using Pkg = sm90::FwdConfigOf<kD, kD, false>;
 static const Candidate kCandidates[] = {
     {"pkg", run90<Pkg>},
     {"pkg 1/tile", run90_grid<Pkg>},
+    {"pkg persist", run90_persistent<Pkg>},
+    {"pkg grouped", run90_grouped<Pkg>},
     {"192x128 ov", run90<Cfg<192, 128, 2, kOverlap>>},
     {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
     {"128x192 pp", run90<Cfg<128, 192, 2, kPingPong>>},
@@ -58,6 +74,8 @@ static const Candidate kCandidates[] = {
 static const Candidate kCandidates[] = {
     {"pkg", run90<Pkg>},
     {"pkg 1/tile", run90_grid<Pkg>},
+    {"pkg persist", run90_persistent<Pkg>},
+    {"pkg grouped", run90_grouped<Pkg>},
     {"128x128 ov", run90<Cfg<128, 128, 2, kOverlap>>},
     {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
     {"128x176 ov", run90<Cfg<128, 176, 2, kOverlap>>},
@@ -67,6 +85,8 @@ static const Candidate kCandidates[] = {
 static const Candidate kCandidates[] = {
     {"pkg", run90<Pkg>},
     {"pkg 1/tile", run90_grid<Pkg>},
+    {"pkg persist", run90_persistent<Pkg>},
+    {"pkg grouped", run90_grouped<Pkg>},
     {"128x80 pp", run90<Cfg<128, 80, 2, kPingPong>>},
     {"128x64 ov", run90<Cfg<128, 64, 2, kOverlap>>},
     {"128x64 pp", run90<Cfg<128, 64, 2, kPingPong>>},
