@@ -26,11 +26,14 @@ struct FwdMaps {
   CUtensorMap q, k, v;  // 4-D (d, row, head, batch) padded; 3-D (d, row, head) varlen
 };
 
-// Compile-time shape of one kernel: head dims, tile, ring depth, consumer schedule.
-template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_>
+// Compile-time shape of one kernel: head dims, tile, ring depth, consumer schedule, and
+// kExpFma: every kExpFma-th 8-key column block of P takes its exponentials on the FMA units
+// (exp2_fma), the rest on the SFU; 0: all on the SFU.
+template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
-  static constexpr int kSchedule = kSchedule_;
+  static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
+  static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
   static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
                 "two or three consumer warpgroups of 64 query rows");
@@ -289,7 +292,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int j = 0; j < kSN; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float pv = exp2_ftz(fmaf(s[j * 4 + 2 * r + e], scale_log2, -m_scaled));
+            const float x = fmaf(s[j * 4 + 2 * r + e], scale_log2, -m_scaled);
+            const float pv = Cfg::kExpFma > 0 && j % Cfg::kExpFma == Cfg::kExpFma - 1
+                                 ? exp2_fma(x) : exp2_ftz(x);
             s[j * 4 + 2 * r + e] = pv;
             sum += pv;
           }

@@ -29,8 +29,8 @@ using bf16 = __nv_bfloat16;
 constexpr int kD = SELFTEST_D;
 
 // The shapes timed against each other: the package's (first) and the alternatives.
-template <int kBM, int kBN, int kStages, int kSchedule>
-using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule>;
+template <int kBM, int kBN, int kStages, int kSchedule, int kExpFma = 0>
+using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule, kExpFma>;
 struct Candidate {
   const char* name;
   void (*run)(const FwdParams&);
@@ -69,6 +69,8 @@ static const Candidate kCandidates[] = {
     {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
     {"128x192 pp", run90<Cfg<128, 192, 2, kPingPong>>},
     {"192x128x3 pp", run90<Cfg<192, 128, 3, kPingPong>>},
+    {"pkg exp 1/4 fma", run90<Cfg<192, 128, 2, kPingPong, 4>>},
+    {"pkg exp 1/2 fma", run90<Cfg<192, 128, 2, kPingPong, 2>>},
 };
 #elif SELFTEST_D == 128
 static const Candidate kCandidates[] = {
@@ -80,6 +82,7 @@ static const Candidate kCandidates[] = {
     {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
     {"128x176 ov", run90<Cfg<128, 176, 2, kOverlap>>},
     {"128x160 pp", run90<Cfg<128, 160, 2, kPingPong>>},
+    {"pkg exp 1/4 fma", run90<Cfg<128, 128, 2, kPingPong, 4>>},
 };
 #elif SELFTEST_D == 256
 static const Candidate kCandidates[] = {
@@ -180,7 +183,7 @@ static bool check(Problem& pr, const st::Reference& ref, const char* name, const
   bad += eo.nonfinite;
   const double rel_o = eo.max_err / std::max(eo.max_ref, 1e-6);
   const bool ok = bad == 0 && rel_o < 1e-2 && err_l < 1e-3;
-  std::printf("[%-13s] %-44s out %.2e lse %.2e nonfinite %d  %s\n", c.name, name, rel_o, err_l,
+  std::printf("[%-15s] %-44s out %.2e lse %.2e nonfinite %d  %s\n", c.name, name, rel_o, err_l,
               int(bad), ok ? "ok" : "FAIL");
   return ok;
 }
@@ -219,7 +222,7 @@ int main(int argc, char** argv) {
   std::printf("\nTFLOP/s, d%d bf16, B*N = 16k, H = %d (pkg: %dx%d stages %d schedule %d; sm80: "
               "our portable kernel)\n%-6s %-6s", kD, 2048 / kD, kPkg.block_m, kPkg.block_n,
               kPkg.stages, kPkg.schedule, "N", "causal");
-  for (const Candidate& cand : kCandidates) std::printf(" %13s", cand.name);
+  for (const Candidate& cand : kCandidates) std::printf(" %15s", cand.name);
   std::printf(" %8s\n", "sm80");
   for (int N : {512, 1024, 2048, 4096, 8192, 16384})
     for (int causal = 0; causal < 2; ++causal) {
@@ -228,7 +231,7 @@ int main(int argc, char** argv) {
       const double f = pr.flops() * 1e-9;
       std::printf("%-6d %-6d", N, causal);
       for (const Candidate& cand : kCandidates)
-        std::printf(" %13.1f", f / median_ms([&] { cand.run(pr.p); }));
+        std::printf(" %15.1f", f / median_ms([&] { cand.run(pr.p); }));
       std::printf(" %8.1f\n", f / median_ms([&] { sm80::run_fwd(pr.p, nullptr); }));
     }
   return failed ? 1 : 0;
