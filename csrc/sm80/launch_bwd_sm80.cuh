@@ -36,12 +36,16 @@ inline int det_rotation_chunk() {
 
 }  // namespace bwd_detail
 
+// A main kernel in place of this file's (the sm90 backward's, under development: its
+// self-test runs it between this preprocessing and these conversions).
+using BwdMainLaunch = void (*)(const BwdArgs&, cudaStream_t);
+
 // One tile shape on a workspace laid out as `ws` (run_bwd_hdim picks both). heavy_first:
 // causal, non-deterministic calls launch the longest key blocks first (H200, d128 causal:
 // 2k 213 -> 223, 8k 266 -> 280 TFLOP/s; d64 causal 8k 243 -> 248; others unchanged).
 template <typename Tile, typename Element>
 void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspaceLayout& ws,
-                  bool heavy_first = false) {
+                  bool heavy_first = false, BwdMainLaunch main_launch = nullptr) {
   using namespace bwd_detail;
   constexpr int kHeadDim = Tile::kHeadDim;
   const BwdParams& p = params;
@@ -100,7 +104,9 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
     FLASHATTN_LAUNCH_CHECK();
   }
   // (2) The main kernel.
-  if (!empty) {
+  if (!empty && main_launch != nullptr) {
+    main_launch(args, stream);
+  } else if (!empty) {
     dim3 grid(n_blocks, p.nheads, p.batch);
     constexpr int kSmem = Tile::kSmemBytes;
     auto launch = [&](auto kernel) {

@@ -7,6 +7,9 @@
 //     nvcc $A -c csrc/instantiations/bwd_sm80_hdim${d}_bf16.cu -o h$d.o & done
 //   nvcc $A -c tools/selftest/selftest_bwd_sm80.cu -o st.o; wait
 //   nvcc $A st.o h*.o -o selftest_bwd && ./selftest_bwd [--bench [d256]]
+// With -DSELFTEST_SM90 (and sm_90a for this file): --sm90 runs the Hopper backward's main
+// kernel (csrc/sm90/kernel_bwd_sm90.cuh) between the sm80 preprocessing and conversions on
+// the cases it takes, then times it beside the sm80 backward.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,6 +24,9 @@
 #include <vector>
 
 #include "sm80/launch_bwd_sm80.cuh"
+#ifdef SELFTEST_SM90
+#include "sm90/launch_bwd_sm90.cuh"
+#endif
 #include "selftest_problem.h"
 #include "selftest_util.cuh"
 
@@ -88,6 +94,23 @@ template <typename Tile, bool kHeavyFirst = false>
 static void run_tile(const BwdParams& p) {
   sm80::run_bwd_tile<Tile, bf16>(p, 0, generous_layout(p), kHeavyFirst);
 }
+
+#ifdef SELFTEST_SM90
+// The sm90 main kernel for buckets 64 and 128 (its kD is the accumulators' row length).
+template <int kD>
+static void sm90_main(const sm80::BwdArgs& args, cudaStream_t s) {
+  sm90::launch_bwd_main_sm90<sm90::BwdConfig<kD, 64, 2>, bf16>(args, s);
+}
+static void run_sm90(const BwdParams& p) {
+  const int bucket = headdim_bucket(p.headdim, p.headdim_v);
+  if (bucket == 64)
+    sm80::run_bwd_tile<sm80::BwdTileFor<64>::type, bf16>(p, 0, generous_layout(p), false,
+                                                          sm90_main<64>);
+  else
+    sm80::run_bwd_tile<sm80::BwdTileFor<128>::type, bf16>(p, 0, generous_layout(p), false,
+                                                           sm90_main<128>);
+}
+#endif
 
 static std::vector<bf16> to_bf(const std::vector<float>& x) {
   std::vector<bf16> y(x.size());
@@ -370,6 +393,35 @@ int main(int argc, char** argv) {
       std::printf("heavy-first: "); bench(256, N, true, false);
     }
     return 0;
+  }
+#endif
+#ifdef SELFTEST_SM90
+  if (argc >= 2 && std::string(argv[1]) == "--sm90") {
+    const unsigned seed = std::random_device{}();
+    std::printf("seed %u (sm90 main kernel)\n", seed);
+    std::mt19937 rng(seed);
+    int fails = 0, ran = 0;
+    for (Case c : selftest_cases()) {
+      if (c.softcap != 0.f || c.alibi || c.deterministic || c.d % 8 || c.dv % 8)
+        continue;  // not taken yet
+      const int bucket = headdim_bucket(c.d, c.dv);
+      if (bucket != 64 && bucket != 128) continue;
+      g_runner = run_sm90;
+      c.name = "[sm90] " + c.name;
+      fails += !run_case(c, rng);
+      ++ran;
+    }
+    std::printf("%d of %d sm90 cases failed\n", fails, ran);
+    if (argc > 2 && std::string(argv[2]) == "--bench")
+      for (int d : {64, 128})
+        for (int N : {2048, 8192, 16384})
+          for (bool causal : {false, true}) {
+            g_runner = run_sm90;
+            std::printf("sm90 "); bench(d, N, causal, false);
+            g_runner = run_kernel;
+            std::printf("sm80 "); bench(d, N, causal, false);
+          }
+    return fails != 0;
   }
 #endif
   if (argc == 6 && std::string(argv[1]) == "--one") {
