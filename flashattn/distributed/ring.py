@@ -14,10 +14,13 @@ Layouts (W = the group's size, S = the full sequence length):
     "zigzag"  the sequence cut into 2W equal chunks; rank r holds chunks r and 2W - 1 - r,
               concatenated in that order (so S_local = S / W, and S_local is even).
 
-Under causal masking the plain layout gives rank W - 1 all the work (its queries see every key)
-and rank 0 almost none; zigzag pairs an early chunk with a late one, so every rank computes the
-same number of visible (query, key) pairs. Use zigzag_shard / plain_shard to lay out full
-tensors and zigzag_gather / plain_gather to collect local results back to the full sequence.
+Under causal masking, plain leaves rank r with r full chunk pairs and a diagonal, so the last
+rank computes about 2W - 1 times as much as rank 0 and the ring waits for it at every step.
+Zigzag pairs an early chunk with a late one: at every step after the first, each rank computes
+exactly half of a (local query x local key) block, at the first its causal diagonal, so the
+ranks stay in step. Without a mask both layouts do the same work. zigzag_shard / plain_shard
+lay out full tensors, zigzag_gather / plain_gather collect local results back. The varlen twin,
+ring_flash_attn_varlen_func, lays out every sequence of a packed batch so.
 """
 import torch
 import torch.distributed as dist
@@ -26,6 +29,7 @@ from ..interface import _options, _result
 
 __all__ = [
     "ring_flash_attn_func",
+    "ring_flash_attn_varlen_func",
     "zigzag_shard",
     "zigzag_gather",
     "plain_shard",
@@ -41,46 +45,69 @@ _TAG_KV, _TAG_DKV = 0, 1
 
 
 # ---------------------------------------------------------------------------------------------
-# Layout helpers.
+# Layout helpers (data preparation: the varlen forms read cu_seqlens on the host).
 # ---------------------------------------------------------------------------------------------
 
-def _check_shard_args(fn, x, rank, world_size, dim, parts):
+def _chunk_len(fn, n, what, rank, world_size, parts):
     if world_size < 1:
         raise ValueError(f"flashattn: {fn}: world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"flashattn: {fn}: rank must be in [0, {world_size}), got {rank}")
-    n = x.shape[dim]
     if n % parts:
         raise ValueError(
-            f"flashattn: {fn}: x.shape[{dim}] = {n} must be divisible by {parts} "
+            f"flashattn: {fn}: {what} = {n} must be divisible by {parts} "
             f"({'2 * ' if fn.startswith('zigzag') else ''}world_size)")
     return n // parts
 
 
-def zigzag_shard(x, rank, world_size, dim=1):
-    """Rank `rank`'s part of the full tensor `x` in the zigzag layout.
+def _seq_bounds(cu_seqlens):
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    return list(zip(cu, cu[1:]))
+
+
+def _shard(fn, zigzag, x, rank, world_size, dim, cu_seqlens):
+    parts = 2 * world_size if zigzag else world_size
+    if cu_seqlens is None:
+        bounds, what = [(0, x.shape[dim])], f"x.shape[{dim}]"
+    else:
+        bounds, what = _seq_bounds(cu_seqlens), "the length of sequence {} (cu_seqlens)"
+    pieces = []
+    for b, (start, end) in enumerate(bounds):
+        c = _chunk_len(fn, end - start, what.format(b), rank, world_size, parts)
+        chunks = [rank, 2 * world_size - 1 - rank] if zigzag else [rank]
+        pieces += [x.narrow(dim, start + i * c, c) for i in chunks]
+    return torch.cat(pieces, dim) if pieces else x.narrow(dim, 0, 0).contiguous()
+
+
+def zigzag_shard(x, rank, world_size, dim=1, cu_seqlens=None):
+    """Rank `rank`'s part of the full tensor `x` in the zigzag layout (a new contiguous tensor).
 
     x.shape[dim] (the full sequence length S) is cut into 2 * world_size equal chunks; the
-    result is chunks rank and 2 * world_size - 1 - rank concatenated along `dim` (a new
-    contiguous tensor of length S / world_size). Raises ValueError if S is not divisible by
-    2 * world_size.
+    result is chunks rank and 2 * world_size - 1 - rank concatenated along `dim` (length
+    S / world_size). Varlen: with `cu_seqlens` (int32, the full sequences' boundaries along
+    `dim`, usually 0), every sequence is cut so and the parts concatenated in sequence order;
+    the local boundaries are then cu_seqlens // world_size. Raises ValueError if a length is
+    not divisible by 2 * world_size.
     """
-    c = _check_shard_args("zigzag_shard", x, rank, world_size, dim, 2 * world_size)
-    first = x.narrow(dim, rank * c, c)
-    second = x.narrow(dim, (2 * world_size - 1 - rank) * c, c)
-    return torch.cat((first, second), dim)
+    return _shard("zigzag_shard", True, x, rank, world_size, dim, cu_seqlens)
 
 
-def plain_shard(x, rank, world_size, dim=1):
+def plain_shard(x, rank, world_size, dim=1, cu_seqlens=None):
     """Rank `rank`'s part of the full tensor `x` in the plain (contiguous) layout: chunk `rank`
-    of world_size equal chunks along `dim` (a contiguous tensor). Raises ValueError if
-    x.shape[dim] is not divisible by world_size."""
-    c = _check_shard_args("plain_shard", x, rank, world_size, dim, world_size)
-    return x.narrow(dim, rank * c, c).contiguous()
+    of world_size equal chunks along `dim` (a new contiguous tensor). Varlen: with `cu_seqlens`
+    every sequence is cut so (local boundaries cu_seqlens // world_size). Raises ValueError if
+    a length is not divisible by world_size."""
+    return _shard("plain_shard", False, x, rank, world_size, dim, cu_seqlens)
 
 
-def _zigzag_unshard(pieces, dim):
-    """The full tensor from every rank's zigzag part, in rank order."""
+def _unshard(pieces, zigzag, dim, cu_seqlens=None):
+    """The full tensor from every rank's part (in rank order); cu_seqlens: the local ones."""
+    if cu_seqlens is not None:
+        seqs = [_unshard([p.narrow(dim, a, b - a) for p in pieces], zigzag, dim)
+                for a, b in _seq_bounds(cu_seqlens)]
+        return torch.cat(seqs, dim) if seqs else pieces[0].narrow(dim, 0, 0).contiguous()
+    if not zigzag:
+        return torch.cat(pieces, dim)
     halves = [p.chunk(2, dim) for p in pieces]
     return torch.cat([h[0] for h in halves] + [h[1] for h in reversed(halves)], dim)
 
@@ -92,21 +119,27 @@ def _all_gather(x, group):
     return pieces
 
 
-def zigzag_gather(x_local, group=None, dim=1):
+def zigzag_gather(x_local, group=None, dim=1, cu_seqlens=None):
     """The full tensor on every rank of `group` (None: the default group) from each rank's
-    zigzag part `x_local` (the inverse of zigzag_shard). A collective: every rank calls it with
-    a tensor of the same shape. Not differentiable."""
-    if x_local.shape[dim] % 2:
+    zigzag part `x_local`: the inverse of zigzag_shard (varlen: `cu_seqlens` are the LOCAL
+    boundaries, the same on every rank). A collective: every rank calls it with a tensor of
+    the same shape. Not differentiable."""
+    if cu_seqlens is None and x_local.shape[dim] % 2:
         raise ValueError(f"flashattn: zigzag_gather: x_local.shape[{dim}] = "
                          f"{x_local.shape[dim]} must be even (two chunks per rank)")
-    return _zigzag_unshard(_all_gather(x_local, group), dim)
+    for b, (start, end) in enumerate(_seq_bounds(cu_seqlens) if cu_seqlens is not None else []):
+        if (end - start) % 2:
+            raise ValueError(f"flashattn: zigzag_gather: the local length of sequence {b} "
+                             f"(cu_seqlens) = {end - start} must be even (two chunks per rank)")
+    return _unshard(_all_gather(x_local, group), True, dim, cu_seqlens)
 
 
-def plain_gather(x_local, group=None, dim=1):
+def plain_gather(x_local, group=None, dim=1, cu_seqlens=None):
     """The full tensor on every rank of `group` (None: the default group) from each rank's
-    plain-layout part `x_local` (the inverse of plain_shard). A collective: every rank calls it
-    with a tensor of the same shape. Not differentiable."""
-    return torch.cat(_all_gather(x_local, group), dim)
+    plain-layout part `x_local`: the inverse of plain_shard (varlen: `cu_seqlens` are the LOCAL
+    boundaries). A collective: every rank calls it with a tensor of the same shape. Not
+    differentiable."""
+    return _unshard(_all_gather(x_local, group), False, dim, cu_seqlens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,7 +150,8 @@ def merge_attn_partials(outs, lses):
     """Merge attention results over disjoint key sets into the result over their union.
 
     outs: sequence of (batch, seqlen, nheads, headdim_v) tensors; lses: their softmax_lse,
-    (batch, nheads, seqlen). Returns (out, lse) in fp32:
+    (batch, nheads, seqlen); or the varlen shapes (total, nheads, headdim_v) and
+    (nheads, total). Returns (out, lse) in fp32, shaped as the inputs:
         lse = logsumexp_i lse_i,   out = sum_i exp(lse_i - lse) * out_i.
     Computed against the row maximum, so no exponent overflows; a row whose lse_i is -inf (no
     visible key in that set) contributes nothing, even if its out_i holds garbage, and a row
@@ -126,6 +160,9 @@ def merge_attn_partials(outs, lses):
     if len(outs) != len(lses) or not outs:
         raise ValueError(f"flashattn: merge_attn_partials: need as many outs as lses (at least "
                          f"one), got {len(outs)} and {len(lses)}")
+    if lses[0].dim() == 2:  # varlen: a batch of one
+        out, lse = merge_attn_partials([o[None] for o in outs], [lse[None] for lse in lses])
+        return out[0], lse[0]
     lses = [lse.float() for lse in lses]
     m = lses[0]
     for lse in lses[1:]:
@@ -188,9 +225,9 @@ def _unpack(buf, shapes):
     return views
 
 
-def _step_pair(layout, causal, rank, src, seqlen):
+def _step_pair(layout, causal, rank, src):
     """What rank `rank`'s queries compute against the K/V chunk of rank `src`: None (hidden) or
-    (query rows, key rows, causal) with rows as slices of the local sequence.
+    (query rows, key rows, causal), rows "all", "first" or "second" (half of each sequence).
 
     Chunk-level causality: query chunk i sees key chunk j fully if j < i, on the diagonal if
     j == i (a causal call on equal lengths: bottom-right alignment is then the global mask),
@@ -199,32 +236,113 @@ def _step_pair(layout, causal, rank, src, seqlen):
     src < r: both query halves see the first key half only; src > r: the second query half
     sees both key halves, the first none.
     """
-    every = slice(0, seqlen)
     if not causal:
-        return every, every, False
+        return "all", "all", False
     if src == rank:
-        return every, every, True
+        return "all", "all", True
     if layout == "plain":
-        return (every, every, False) if src < rank else None
-    half = seqlen // 2
-    if src < rank:
-        return every, slice(0, half), False
-    return slice(half, seqlen), every, False
+        return ("all", "all", False) if src < rank else None
+    return ("all", "first", False) if src < rank else ("second", "all", False)
+
+
+class _PaddedRows:
+    """The local rows of the padded layout: slices along dim 1 (softmax_lse: dim 2)."""
+
+    def __init__(self, seqlen):
+        half = seqlen // 2
+        self.sel = {"all": slice(0, seqlen), "first": slice(0, half),
+                    "second": slice(half, seqlen)}
+
+    @staticmethod
+    def lse_shape(q):
+        return q.shape[0], q.shape[2], q.shape[1]
+
+    def take(self, x, part, lse=False):
+        return x[:, :, self.sel[part]] if lse else x[:, self.sel[part]]
+
+    def put(self, acc, part, value, lse=False):
+        self.take(acc, part, lse).copy_(value)
+
+    def add(self, acc, part, value):
+        self.take(acc, part).add_(value)
+
+    def fwd(self, q, k, v, qpart, kpart, **opts):
+        return torch.ops.flashattn.fwd(q, k, v, **opts)
+
+    def bwd(self, dout, q, k, v, out, lse, qpart, kpart, **opts):
+        return torch.ops.flashattn.bwd(dout, q, k, v, out, lse, **opts)
+
+
+class _VarlenRows:
+    """The local rows of the varlen layout (dim 0; softmax_lse: dim 1) of sequences delimited
+    by the local cu_seqlens; a half is each sequence's first (second) half, picked by an index
+    built on the device (no host sync), clamped so that wrong metadata cannot index out of
+    bounds."""
+
+    def __init__(self, cu_seqlens, max_seqlen, total, zigzag):
+        self.sel = {"all": (None, cu_seqlens, max_seqlen)}
+        if not zigzag:
+            return
+        # Every local sequence has even length, so the halves' boundaries are cu_seqlens // 2;
+        # first-half row i of sequence b is local row cu[b] + (i - cu[b] / 2).
+        cu = cu_seqlens.long()
+        cu_half = cu // 2
+        i = torch.arange(total // 2, device=cu.device)
+        seq = (torch.searchsorted(cu_half, i, right=True) - 1).clamp(0, max(cu.numel() - 2, 0))
+        first = cu[seq] + (i - cu_half[seq])
+        second = first + (cu[seq + 1] - cu[seq]) // 2
+        half_max = (max_seqlen + 1) // 2
+        self.sel["first"] = (first.clamp(0, max(total - 1, 0)), cu_half.int(), half_max)
+        self.sel["second"] = (second.clamp(0, max(total - 1, 0)), cu_half.int(), half_max)
+
+    @staticmethod
+    def lse_shape(q):
+        return q.shape[1], q.shape[0]
+
+    def take(self, x, part, lse=False):
+        index = self.sel[part][0]
+        return x if index is None else x.index_select(1 if lse else 0, index)
+
+    def put(self, acc, part, value, lse=False):
+        index = self.sel[part][0]
+        if index is None:
+            acc.copy_(value)
+        else:
+            acc.index_copy_(1 if lse else 0, index, value)
+
+    def add(self, acc, part, value):
+        # index_copy_ of a sum rather than index_add_: deterministic on every device.
+        self.put(acc, part, self.take(acc, part) + value)
+
+    def fwd(self, q, k, v, qpart, kpart, **opts):
+        _, cu_q, max_q = self.sel[qpart]
+        _, cu_k, max_k = self.sel[kpart]
+        return torch.ops.flashattn.varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, **opts)
+
+    def bwd(self, dout, q, k, v, out, lse, qpart, kpart, **opts):
+        _, cu_q, max_q = self.sel[qpart]
+        _, cu_k, max_k = self.sel[kpart]
+        return torch.ops.flashattn.varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q,
+                                              max_k, **opts)
 
 
 # ---------------------------------------------------------------------------------------------
-# Forward and backward.
+# Forward and backward (padded and varlen alike, through the rows object).
 # ---------------------------------------------------------------------------------------------
+
+def _causal_opts(is_causal):
+    return dict(causal=is_causal, window_right=0 if is_causal else -1)
+
 
 class _RingFlashAttn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, group, softmax_scale, causal, softcap, deterministic, layout):
+    def forward(ctx, q, k, v, rows, group, softmax_scale, causal, softcap, deterministic,
+                layout):
         ring = _Ring(group)
-        batch, seqlen, nheads, _ = q.shape
         opts = dict(softmax_scale=softmax_scale, window_left=-1, softcap=softcap,
                     alibi_slopes=None, deterministic=deterministic)
-        out_acc = q.new_zeros((batch, seqlen, nheads, v.shape[-1]), dtype=torch.float32)
-        lse_acc = q.new_full((batch, nheads, seqlen), float("-inf"), dtype=torch.float32)
+        out_acc = q.new_zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32)
+        lse_acc = q.new_full(rows.lse_shape(q), float("-inf"), dtype=torch.float32)
         shapes = (k.shape, v.shape)
         kv = _pack((k, v))
         for step in range(ring.world_size):
@@ -232,35 +350,30 @@ class _RingFlashAttn(torch.autograd.Function):
             if not last:  # the next chunk is in flight while this one is computed on
                 kv_next, works = ring.exchange(kv, _TAG_KV)
             src = (ring.rank - step) % ring.world_size
-            pair = _step_pair(layout, causal, ring.rank, src, seqlen)
+            pair = _step_pair(layout, causal, ring.rank, src)
             if pair is not None:
-                rows, cols, is_causal = pair
+                qp, kp, is_causal = pair
                 kc, vc = _unpack(kv, shapes)
-                o, lse = torch.ops.flashattn.fwd(
-                    q[:, rows], kc[:, cols], vc[:, cols], causal=is_causal,
-                    window_right=0 if is_causal else -1, **opts)
-                o, lse = merge_attn_partials((out_acc[:, rows], o),
-                                             (lse_acc[:, :, rows], lse))
-                out_acc[:, rows] = o
-                lse_acc[:, :, rows] = lse
+                o, lse = rows.fwd(rows.take(q, qp), rows.take(kc, kp), rows.take(vc, kp), qp, kp,
+                                  **_causal_opts(is_causal), **opts)
+                o, lse = merge_attn_partials((rows.take(out_acc, qp), o),
+                                             (rows.take(lse_acc, qp, lse=True), lse))
+                rows.put(out_acc, qp, o)
+                rows.put(lse_acc, qp, lse, lse=True)
             if not last:
                 _wait(works)
                 kv = kv_next
         out = out_acc.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse_acc)
         ctx.mark_non_differentiable(lse_acc)
-        ctx.ring = ring
-        ctx.opts = opts
-        ctx.causal = causal
-        ctx.layout = layout
+        ctx.ring, ctx.rows, ctx.opts, ctx.causal, ctx.layout = ring, rows, opts, causal, layout
         return out, lse_acc
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         # softmax_lse is marked non-differentiable: its incoming gradient is ignored.
         q, k, v, out, lse = ctx.saved_tensors
-        ring = ctx.ring
-        seqlen = q.shape[1]
+        ring, rows = ctx.ring, ctx.rows
         shapes = (k.shape, v.shape)
         dq_acc = torch.zeros_like(q, dtype=torch.float32)
         kv = _pack((k, v))
@@ -270,17 +383,17 @@ class _RingFlashAttn(torch.autograd.Function):
             if not last:
                 kv_next, kv_works = ring.exchange(kv, _TAG_KV)
             src = (ring.rank - step) % ring.world_size
-            pair = _step_pair(ctx.layout, ctx.causal, ring.rank, src, seqlen)
+            pair = _step_pair(ctx.layout, ctx.causal, ring.rank, src)
             if pair is not None:
-                rows, cols, is_causal = pair
+                qp, kp, is_causal = pair
                 kc, vc = _unpack(kv, shapes)
                 # With the merged out and lse, a pair's backward gives its exact share
                 # (the op's D = rowsum(dout * out) is then the global one).
-                dq, dk, dv = torch.ops.flashattn.bwd(
-                    dout[:, rows], q[:, rows], kc[:, cols], vc[:, cols], out[:, rows],
-                    lse[:, :, rows], causal=is_causal, window_right=0 if is_causal else -1,
-                    **ctx.opts)
-                dq_acc[:, rows] += dq
+                dq, dk, dv = rows.bwd(
+                    rows.take(dout, qp), rows.take(q, qp), rows.take(kc, kp),
+                    rows.take(vc, kp), rows.take(out, qp), rows.take(lse, qp, lse=True), qp, kp,
+                    **_causal_opts(is_causal), **ctx.opts)
+                rows.add(dq_acc, qp, dq)
             # The fp32 dK/dV accumulator of src's chunk: fresh at step 0, else what the
             # previous rank sent after its own step (that transfer overlapped this compute).
             if step == 0:
@@ -290,38 +403,66 @@ class _RingFlashAttn(torch.autograd.Function):
                 dkv = dkv_next
             if pair is not None:
                 dk_acc, dv_acc = _unpack(dkv, shapes)
-                dk_acc[:, cols] += dk
-                dv_acc[:, cols] += dv
+                rows.add(dk_acc, kp, dk)
+                rows.add(dv_acc, kp, dv)
             dkv_next, dkv_works = ring.exchange(dkv, _TAG_DKV)
             if not last:
                 _wait(kv_works)
                 kv = kv_next
         _wait(dkv_works)  # after W steps each chunk's accumulator is back on its own rank
         dk, dv = _unpack(dkv_next, shapes)
-        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype),
-                None, None, None, None, None, None)
+        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 7
 
 
-def _check_inputs(q, k, v, layout):
+def _check_inputs(fn, q, k, v, layout, varlen):
+    dims, names = (3, "(total_local, nheads, headdim)") if varlen else (
+        4, "(batch, seqlen_local, nheads, headdim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"flashattn: ring_flash_attn_func: {name} must be a 4-D tensor "
-                             f"(batch, seqlen_local, nheads, headdim), got "
+        if not isinstance(t, torch.Tensor) or t.dim() != dims:
+            raise ValueError(f"flashattn: {fn}: {name} must be a {dims}-D tensor {names}, got "
                              f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t)}")
-    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
+    seq_dim = 0 if varlen else 1
+    if k.shape[seq_dim] != q.shape[seq_dim] or v.shape[seq_dim] != q.shape[seq_dim]:
         raise ValueError(
-            f"flashattn: ring_flash_attn_func: q, k and v must hold the same local chunk of one "
-            f"sequence; got seqlen_local {q.shape[1]} (q), {k.shape[1]} (k), {v.shape[1]} (v)")
+            f"flashattn: {fn}: q, k and v must hold the same local chunk of one sequence; got "
+            f"q.shape[{seq_dim}] = {q.shape[seq_dim]}, k.shape[{seq_dim}] = "
+            f"{k.shape[seq_dim]}, v.shape[{seq_dim}] = {v.shape[seq_dim]}")
     if k.dtype != v.dtype:
-        raise ValueError(f"flashattn: ring_flash_attn_func: k and v must have the same dtype, "
-                         f"got {k.dtype} and {v.dtype}")
+        raise ValueError(f"flashattn: {fn}: k and v must have the same dtype, got {k.dtype} and "
+                         f"{v.dtype}")
     if layout not in LAYOUTS:
-        raise ValueError(f"flashattn: ring_flash_attn_func: layout must be one of {LAYOUTS}, "
-                         f"got {layout!r}")
-    if layout == "zigzag" and q.shape[1] % 2:
+        raise ValueError(f"flashattn: {fn}: layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "zigzag" and q.shape[seq_dim] % 2:
         raise ValueError(
-            f"flashattn: ring_flash_attn_func: layout='zigzag' needs an even local sequence "
-            f"length (two chunks per rank), got q.shape[1] = {q.shape[1]}")
+            f"flashattn: {fn}: layout='zigzag' needs an even local sequence length (two chunks "
+            f"per rank), got q.shape[{seq_dim}] = {q.shape[seq_dim]}")
+
+
+def _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
+                  deterministic):
+    """The options shared by the ring calls, checked; raises for what the ring cannot do."""
+    if dropout_p != 0.0:
+        raise NotImplementedError(
+            f"flashattn: {fn}: dropout_p = {dropout_p} is not supported: dropout "
+            f"{_OFFSETS_MISSING}")
+    if alibi_slopes is not None:
+        raise NotImplementedError(
+            f"flashattn: {fn}: alibi_slopes is not supported: the ALiBi bias {_OFFSETS_MISSING}")
+    # The user's window as given (causal=False here: causal's window_right = 0 is ours).
+    opts = _options(q, 0.0, softmax_scale, False, window_size, softcap, None, deterministic)
+    if opts["window_left"] >= 0 or opts["window_right"] >= 0:
+        raise NotImplementedError(
+            f"flashattn: {fn}: window_size = {tuple(window_size)} is not supported (only "
+            f"(-1, -1)): a sliding window {_OFFSETS_MISSING}")
+    return opts
+
+
+def _check_group(fn, group):
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"flashattn: {fn} needs an initialised torch.distributed process "
+                           f"group (torch.distributed.init_process_group)")
+    if dist.get_rank(group) < 0:
+        raise ValueError(f"flashattn: {fn}: this rank is not a member of group")
 
 
 def ring_flash_attn_func(
@@ -376,28 +517,71 @@ def ring_flash_attn_func(
         with return_attn_probs; softmax_lse fp32 (batch, nheads, seqlen_local), the log-sum-exp
         of each local query row over the whole sequence's keys.
     """
-    if dropout_p != 0.0:
-        raise NotImplementedError(
-            f"flashattn: ring_flash_attn_func: dropout_p = {dropout_p} is not supported: "
-            f"dropout {_OFFSETS_MISSING}")
-    if alibi_slopes is not None:
-        raise NotImplementedError(
-            f"flashattn: ring_flash_attn_func: alibi_slopes is not supported: the ALiBi bias "
-            f"{_OFFSETS_MISSING}")
-    _check_inputs(q, k, v, layout)
-    # The user's window as given (causal=False here: causal's window_right = 0 is ours).
-    opts = _options(q, 0.0, softmax_scale, False, window_size, softcap, None, deterministic)
-    if opts["window_left"] >= 0 or opts["window_right"] >= 0:
-        raise NotImplementedError(
-            f"flashattn: ring_flash_attn_func: window_size = {tuple(window_size)} is not "
-            f"supported (only (-1, -1)): a sliding window {_OFFSETS_MISSING}")
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("flashattn: ring_flash_attn_func needs an initialised "
-                           "torch.distributed process group (torch.distributed."
-                           "init_process_group)")
-    if dist.get_rank(group) < 0:
-        raise ValueError("flashattn: ring_flash_attn_func: this rank is not a member of group")
+    fn = "ring_flash_attn_func"
+    _check_inputs(fn, q, k, v, layout, varlen=False)
+    opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
+                         deterministic)
+    _check_group(fn, group)
     out, softmax_lse = _RingFlashAttn.apply(
-        q, k, v, group, opts["softmax_scale"], bool(causal), opts["softcap"],
+        q, k, v, _PaddedRows(q.shape[1]), group, opts["softmax_scale"], bool(causal),
+        opts["softcap"], bool(deterministic), layout)
+    return _result(out, softmax_lse, return_attn_probs)
+
+
+def ring_flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    group=None,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    layout="zigzag",
+):
+    """Ring attention over a batch of variable-length sequences, each split across the ranks
+    of `group` (the varlen twin of ring_flash_attn_func; self-attention, so q and k share
+    cu_seqlens).
+
+    Every sequence b of full length S_b is laid out over the W ranks as in
+    ring_flash_attn_func ("zigzag": 2W chunks, rank r holds chunks r and 2W-1-r; "plain": W
+    chunks, rank r holds chunk r), and each rank's parts of all sequences are concatenated in
+    sequence order (zigzag_shard / plain_shard with cu_seqlens produce this layout).
+
+    Arguments:
+        q: (total_local, nheads, headdim), k: (total_local, nheads_k, headdim),
+        v: (total_local, nheads_k, headdim_v), this rank's rows of every sequence.
+        cu_seqlens: int32 (batch + 1,), the LOCAL boundaries (the full sequences' divided by
+            W), the same on every rank, ending at total_local. Zigzag: every local length
+            must be even. Not checked (that would need a host sync): wrong metadata gives
+            wrong numbers, never an out-of-bounds access.
+        max_seqlen: int, at least the longest local length.
+        other arguments: as ring_flash_attn_func (the same ones are not supported).
+
+    Returns:
+        out: (total_local, nheads, headdim_v), or (out, softmax_lse, None) with
+        return_attn_probs, softmax_lse fp32 (nheads, total_local).
+    """
+    fn = "ring_flash_attn_varlen_func"
+    _check_inputs(fn, q, k, v, layout, varlen=True)
+    opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
+                         deterministic)
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or (
+            cu_seqlens.numel() < 1 or cu_seqlens.dtype != torch.int32):
+        raise ValueError(f"flashattn: {fn}: cu_seqlens must be a 1-D int32 tensor of batch + 1 "
+                         f"local boundaries, got {cu_seqlens!r:.80}")
+    if cu_seqlens.device != q.device:
+        raise ValueError(f"flashattn: {fn}: cu_seqlens must be on q's device {q.device}, got "
+                         f"{cu_seqlens.device}")
+    _check_group(fn, group)
+    rows = _VarlenRows(cu_seqlens, int(max_seqlen), q.shape[0], layout == "zigzag")
+    out, softmax_lse = _RingFlashAttn.apply(
+        q, k, v, rows, group, opts["softmax_scale"], bool(causal), opts["softcap"],
         bool(deterministic), layout)
     return _result(out, softmax_lse, return_attn_probs)
