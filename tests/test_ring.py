@@ -3,8 +3,9 @@
 In-process: the exact log-sum-exp merge (with -inf rows), the layout helpers, the ring's
 per-step schedule against the global causal mask, argument errors. Multi-process: 1 to 4
 spawned ranks (one spawn per world size runs all of its cases) compute forward and backward on
-their shards; the results, gathered back to the full sequence with the layout's gather helper,
-must match the float64 reference of the full sequence under the tolerance rule (helpers.py).
+their shards (padded and varlen); the results, gathered back to the full sequence with the
+layout's gather helper, must match the float64 reference of the full sequence under the
+tolerance rule (helpers.py).
 A worker's exception fails the cases of its spawn; gloo's 60 s timeout and a join deadline
 keep a stuck ring from hanging the suite.
 """
@@ -24,12 +25,13 @@ from flashattn.distributed import (
     plain_gather,
     plain_shard,
     ring_flash_attn_func,
+    ring_flash_attn_varlen_func,
     zigzag_gather,
     zigzag_shard,
 )
-from flashattn.distributed.ring import _step_pair, _zigzag_unshard
+from flashattn.distributed.ring import _step_pair, _unshard, _VarlenRows
 from helpers import assert_close, check_results, rand
-from reference import attention_ref, ref_and_lowp, visible_mask
+from reference import attention_ref, ref_and_lowp, ref_and_lowp_varlen, visible_mask
 
 HAVE_GLOO = dist.is_available() and dist.is_gloo_available()
 needs_gloo = pytest.mark.skipif(
@@ -113,9 +115,41 @@ def test_shard_layouts(world_size):
     for t, dim in ((x, 1), (lse, 2)):
         zig = [zigzag_shard(t, r, world_size, dim) for r in range(world_size)]
         assert all(p.is_contiguous() for p in zig)
-        assert torch.equal(_zigzag_unshard(zig, dim), t)
+        assert torch.equal(_unshard(zig, True, dim), t)
         plain = [plain_shard(t, r, world_size, dim) for r in range(world_size)]
         assert torch.equal(torch.cat(plain, dim), t)
+        assert torch.equal(_unshard(plain, False, dim), t)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_shard_layouts_varlen(world_size):
+    chunks = [3, 0, 1, 2]  # per sequence: its chunk length (a zero-length sequence too)
+    for zigzag in (True, False):
+        per_rank = 2 if zigzag else 1
+        lens = [world_size * per_rank * c for c in chunks]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+        T = int(cu[-1])
+        pos = torch.arange(T)
+        shard = zigzag_shard if zigzag else plain_shard
+        pieces = [shard(pos, r, world_size, dim=0, cu_seqlens=cu) for r in range(world_size)]
+        for r, piece in enumerate(pieces):
+            want = torch.cat([shard(pos[a:b], r, world_size, dim=0)
+                              for a, b in zip(cu.tolist(), cu.tolist()[1:])])
+            assert torch.equal(piece, want)
+        cu_local = cu // world_size
+        assert torch.equal(_unshard(pieces, zigzag, 0, cu_local), pos)
+        x = torch.randn(3, T)  # along another dim, as softmax_lse (nheads, total)
+        parts = [shard(x, r, world_size, dim=1, cu_seqlens=cu) for r in range(world_size)]
+        assert torch.equal(_unshard(parts, zigzag, 1, cu_local), x)
+        if zigzag:  # the ring's half-sequence rows: every local sequence's first / second half
+            rows = _VarlenRows(cu_local, int((cu_local[1:] - cu_local[:-1]).max()),
+                               T // world_size, zigzag=True)
+            bounds = list(zip(cu_local.tolist(), cu_local.tolist()[1:]))
+            first = [i for a, b in bounds for i in range(a, (a + b) // 2)]
+            second = [i for a, b in bounds for i in range((a + b) // 2, b)]
+            assert rows.sel["first"][0].tolist() == first
+            assert rows.sel["second"][0].tolist() == second
+            assert rows.sel["first"][1].tolist() == (cu_local // 2).tolist()
 
 
 def test_shard_errors():
@@ -128,6 +162,12 @@ def test_shard_errors():
         zigzag_shard(x, 5, 5)
     with pytest.raises(ValueError, match="must be even"):
         zigzag_gather(torch.randn(2, 5, 3, 4))
+    cu = torch.tensor([0, 8, 13], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"the length of sequence 1 \(cu_seqlens\) = 5 must be "
+                                         r"divisible by 4"):
+        zigzag_shard(torch.randn(13, 2), 0, 2, dim=0, cu_seqlens=cu)
+    with pytest.raises(ValueError, match="local length of sequence 1"):
+        zigzag_gather(torch.randn(13, 2), dim=0, cu_seqlens=cu)
 
 
 @pytest.mark.parametrize("layout", ["zigzag", "plain"])
@@ -139,16 +179,17 @@ def test_schedule_covers_the_mask_once(layout, causal, world_size):
     c = 3
     S = 2 * world_size * c
     L = S // world_size
+    parts = {"all": slice(0, L), "first": slice(0, L // 2), "second": slice(L // 2, L)}
     pos = torch.arange(S)
     local = [SHARD[layout](pos, r, world_size, dim=0) for r in range(world_size)]
     count = torch.zeros(S, S, dtype=torch.int64)
     for rank in range(world_size):
         for src in range(world_size):
-            pair = _step_pair(layout, causal, rank, src, L)
+            pair = _step_pair(layout, causal, rank, src)
             if pair is None:
                 continue
             rows, cols, is_causal = pair
-            qpos, kpos = local[rank][rows], local[src][cols]
+            qpos, kpos = local[rank][parts[rows]], local[src][parts[cols]]
             vis = visible_mask(len(qpos), len(kpos), -1, 0 if is_causal else -1)
             count[qpos[:, None], kpos[None, :]] += vis.long()
     want = visible_mask(S, S, -1, 0 if causal else -1).long()
@@ -182,11 +223,22 @@ def test_argument_errors():
     if not dist.is_initialized():
         with pytest.raises(RuntimeError, match="init_process_group"):
             ring_flash_attn_func(odd, odd, odd, layout="plain")
+    t = torch.randn(8, 2, 16)
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match="q must be a 3-D tensor"):
+        ring_flash_attn_varlen_func(q, q, q, cu, 8)
+    with pytest.raises(ValueError, match="cu_seqlens must be a 1-D int32 tensor"):
+        ring_flash_attn_varlen_func(t, t, t, cu.long(), 8)
+    with pytest.raises(NotImplementedError, match="window_size.*global query/key offsets"):
+        ring_flash_attn_varlen_func(t, t, t, cu, 8, window_size=(2, 2))
+    with pytest.raises(ValueError, match=r"needs an even.*q.shape\[0\] = 7"):
+        ring_flash_attn_varlen_func(t[:7], t[:7], t[:7], cu, 8)
 
 
 # ---------------------------------------------------------------------------------------------
 # Multi-process: each world size's cases, run in one spawn.
 #   chunk: the length of one of the layout's chunks (zigzag: S = 2 W chunk, plain: S = W chunk)
+#   chunks: varlen, one chunk length per sequence (a zero-length sequence among them)
 #   heads: (nheads, nheads_k); group: the global ranks of a subgroup (None: the default group)
 
 _BASE = dict(dtype="fp32", heads=(4, 2), d=32, dv=32, softcap=0.0, deterministic=False,
@@ -199,6 +251,8 @@ CASES = {
         dict(layout="zigzag", causal=False, chunk=9, softcap=3.0),
         dict(layout="plain", causal=False, chunk=7, dv=16),
         dict(layout="zigzag", causal=True, chunk=12, dtype="bf16"),
+        dict(layout="zigzag", causal=True, chunks=(7, 0, 4)),
+        dict(layout="plain", causal=False, chunks=(5, 9), softcap=3.0),
     ],
     3: [
         dict(layout="zigzag", causal=True, chunk=9, softcap=2.5),
@@ -206,6 +260,8 @@ CASES = {
         dict(layout="zigzag", causal=False, chunk=7, heads=(4, 4), probs=False),
         dict(layout="plain", causal=False, chunk=9, softcap=3.0),
         dict(layout="zigzag", causal=True, chunk=7, group=(1, 2), deterministic=True),
+        dict(layout="zigzag", causal=True, chunks=(3, 5), heads=(4, 1), softcap=2.0),
+        dict(layout="plain", causal=True, chunks=(7, 2, 0), group=(0, 2)),
     ],
     4: [
         dict(layout="zigzag", causal=True, chunk=7),
@@ -214,6 +270,8 @@ CASES = {
         dict(layout="plain", causal=False, chunk=12, dtype="bf16", heads=(4, 4)),
         dict(layout="zigzag", causal=True, chunk=6, dtype="bf16", softcap=2.0,
              deterministic=True),
+        dict(layout="zigzag", causal=True, chunks=(3, 1, 6), dtype="bf16", deterministic=True),
+        dict(layout="zigzag", causal=False, chunks=(2, 5), dv=16, probs=False),
     ],
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -223,14 +281,16 @@ def _case(world_size, i):
     case = dict(_BASE, **CASES[world_size][i])
     group_size = len(case["group"]) if case["group"] else world_size
     per_rank = 2 if case["layout"] == "zigzag" else 1
-    case["seqlen"] = group_size * per_rank * case["chunk"]
+    case["varlen"] = "chunks" in case
+    case["seqlens"] = [group_size * per_rank * c for c in case.get("chunks", [case.get("chunk")])]
     return case
 
 
 def _case_id(world_size, i):
     c = _case(world_size, i)
     parts = [f"w{world_size}", c["layout"], "causal" if c["causal"] else "full",
-             f"S{c['seqlen']}", c["dtype"], "h{}-{}".format(*c["heads"])]
+             ("varlen" if c["varlen"] else "S") + "_".join(map(str, c["seqlens"])), c["dtype"],
+             "h{}-{}".format(*c["heads"])]
     if c["dv"] != c["d"]:
         parts.append(f"dv{c['dv']}")
     if c["softcap"]:
@@ -243,45 +303,70 @@ def _case_id(world_size, i):
 
 
 def _inputs(case, generator):
-    B, S = 2, case["seqlen"]
     H, Hk = case["heads"]
     dtype = DTYPES[case["dtype"]]
+    # Padded: batch 2 of one length; varlen: the sequences concatenated (no batch dim).
+    lead = [sum(case["seqlens"])] if case["varlen"] else [2, case["seqlens"][0]]
 
     def randn(*shape):
-        return torch.randn(*shape, generator=generator).to(dtype)
+        return torch.randn(*lead, *shape, generator=generator).to(dtype)
 
-    return dict(q=randn(B, S, H, case["d"]), k=randn(B, S, Hk, case["d"]),
-                v=randn(B, S, Hk, case["dv"]), dout=randn(B, S, H, case["dv"]))
+    data = dict(q=randn(H, case["d"]), k=randn(Hk, case["d"]), v=randn(Hk, case["dv"]),
+                dout=randn(H, case["dv"]))
+    if case["varlen"]:
+        data["cu"] = torch.tensor([0] + torch.tensor(case["seqlens"]).cumsum(0).tolist(),
+                                  dtype=torch.int32)
+    return data
 
 
 def _run_case(case, data, group):
-    shard, gather = SHARD[case["layout"]], GATHER[case["layout"]]
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    q, k, v = (shard(data[n], rank, world_size).requires_grad_() for n in ("q", "k", "v"))
-    dout = shard(data["dout"], rank, world_size)
+    seq_dim = 0 if case["varlen"] else 1
+    lse_dim = seq_dim + 1
+    if case["varlen"]:
+        cu_local = data["cu"] // world_size
+        max_local = max(n // world_size for n in case["seqlens"])
+
+        def attn(*qkv, **kw):
+            return ring_flash_attn_varlen_func(*qkv, cu_local, max_local, **kw)
+
+        shard_kw, gather_kw = dict(cu_seqlens=data["cu"]), dict(cu_seqlens=cu_local)
+    else:
+        attn, shard_kw, gather_kw = ring_flash_attn_func, {}, {}
+
+    def shard(x):
+        return SHARD[case["layout"]](x, rank, world_size, dim=seq_dim, **shard_kw)
+
+    def gather(x, dim):
+        return GATHER[case["layout"]](x, group=group, dim=dim, **gather_kw)
+
+    q, k, v = (shard(data[n]).requires_grad_() for n in ("q", "k", "v"))
+    dout = shard(data["dout"])
     kw = dict(group=group, causal=case["causal"], softcap=case["softcap"],
               deterministic=case["deterministic"], layout=case["layout"])
     if case["probs"]:
-        out, lse, probs = ring_flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+        out, lse, probs = attn(q, k, v, return_attn_probs=True, **kw)
         assert probs is None
-        assert lse.dtype == torch.float32 and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+        want = (q.shape[1], q.shape[0]) if case["varlen"] else (q.shape[0], q.shape[2],
+                                                                 q.shape[1])
+        assert lse.dtype == torch.float32 and lse.shape == want
     else:
-        out, lse = ring_flash_attn_func(q, k, v, **kw), None
-    assert out.dtype == q.dtype and out.shape == q.shape[:3] + v.shape[3:]
+        out, lse = attn(q, k, v, **kw), None
+    assert out.dtype == q.dtype and out.shape == q.shape[:-1] + v.shape[-1:]
     out.backward(dout)
     local = dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
     if lse is not None:
         local["lse"] = lse
-    full = {n: gather(t, group=group, dim=2 if n == "lse" else 1) for n, t in local.items()}
+    full = {n: gather(t, lse_dim if n == "lse" else seq_dim) for n, t in local.items()}
     if case["deterministic"]:  # a second run is the same bit for bit
         q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
-        out2 = ring_flash_attn_func(q2, k2, v2, **kw)
+        out2 = attn(q2, k2, v2, **kw)
         out2.backward(dout)
         for name, a, b in (("out", out, out2), ("dq", q.grad, q2.grad), ("dk", k.grad, k2.grad),
                            ("dv", v.grad, v2.grad)):
             assert torch.equal(a, b), f"deterministic rerun differs in {name}"
     # The layout helpers round-trip on this group too.
-    assert torch.equal(gather(shard(data["q"], rank, world_size), group=group), data["q"])
+    assert torch.equal(gather(shard(data["q"]), seq_dim), data["q"])
     return full
 
 
@@ -364,8 +449,12 @@ def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
         raise AssertionError(f"ring workers failed; {where}") from results
     case = _case(world_size, index)
     data = _inputs(case, torch.Generator().manual_seed(run_seed + index))
-    ref, low = ref_and_lowp(data["q"], data["k"], data["v"], data["dout"],
-                            causal=case["causal"], softcap=case["softcap"])
+    opts = dict(causal=case["causal"], softcap=case["softcap"])
+    if case["varlen"]:
+        ref, low = ref_and_lowp_varlen(data["q"], data["k"], data["v"], data["cu"], data["cu"],
+                                       data["dout"], **opts)
+    else:
+        ref, low = ref_and_lowp(data["q"], data["k"], data["v"], data["dout"], **opts)
     ours = results[index]
     assert ("lse" in ours) == case["probs"]
     try:
