@@ -8,6 +8,7 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C  # noqa: F401  (registers the ops)
 from . import ops  # noqa: F401
+from . import distributed  # noqa: F401  (ring attention; no process-group state at import)
 from ._build_config import BUILD_CONFIG
 from .interface import *  # noqa: F401,F403
 from .interface import __all__ as _interface_all

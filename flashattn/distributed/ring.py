@@ -1,0 +1,587 @@
+"""Context-parallel (ring) attention over torch.distributed.
+
+One long sequence is cut along its length across the ranks of a process group; every rank holds
+its own chunk of Q, K and V in flash_attn_func's layout, (batch, seqlen_local, nheads, headdim).
+The K/V chunks travel round the ring (rank r sends to r + 1 and receives from r - 1, point to
+point), each rank attends its queries to every chunk as it passes, and the partial results merge
+exactly through their log-sum-exp. The next chunk's transfer is issued before the current chunk
+is computed on, so communication overlaps computation. The backward sends K/V round again, with
+fp32 dK/dV accumulators that collect every rank's contribution and arrive home after W steps.
+
+Layouts (W = the group's size, S = the full sequence length):
+
+    "plain"   the sequence cut into W equal chunks; rank r holds chunk r.
+    "zigzag"  the sequence cut into 2W equal chunks; rank r holds chunks r and 2W - 1 - r,
+              concatenated in that order (so S_local = S / W, and S_local is even).
+
+Under causal masking, plain leaves rank r with r full chunk pairs and a diagonal, so the last
+rank computes about 2W - 1 times as much as rank 0 and the ring waits for it at every step.
+Zigzag pairs an early chunk with a late one: at every step after the first, each rank computes
+exactly half of a (local query x local key) block, at the first its causal diagonal, so the
+ranks stay in step. Without a mask both layouts do the same work. zigzag_shard / plain_shard
+lay out full tensors, zigzag_gather / plain_gather collect local results back. The varlen twin,
+ring_flash_attn_varlen_func, lays out every sequence of a packed batch so.
+"""
+import torch
+import torch.distributed as dist
+
+from ..interface import _options, _result
+
+__all__ = [
+    "ring_flash_attn_func",
+    "ring_flash_attn_varlen_func",
+    "zigzag_shard",
+    "zigzag_gather",
+    "plain_shard",
+    "plain_gather",
+    "merge_attn_partials",
+]
+
+LAYOUTS = ("zigzag", "plain")
+_OFFSETS_MISSING = "needs the global query/key offsets the ops do not take yet"
+# Tags keep the K/V stream and the backward's dK/dV stream apart (gloo matches by tag; NCCL
+# ignores tags and matches by issue order, which is the same on every rank).
+_TAG_KV, _TAG_DKV = 0, 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout helpers (data preparation: the varlen forms read cu_seqlens on the host).
+# ---------------------------------------------------------------------------------------------
+
+def _chunk_len(fn, n, what, rank, world_size, parts):
+    if world_size < 1:
+        raise ValueError(f"flashattn: {fn}: world_size must be >= 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"flashattn: {fn}: rank must be in [0, {world_size}), got {rank}")
+    if n % parts:
+        raise ValueError(
+            f"flashattn: {fn}: {what} = {n} must be divisible by {parts} "
+            f"({'2 * ' if fn.startswith('zigzag') else ''}world_size)")
+    return n // parts
+
+
+def _seq_bounds(cu_seqlens):
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    return list(zip(cu, cu[1:]))
+
+
+def _shard(fn, zigzag, x, rank, world_size, dim, cu_seqlens):
+    parts = 2 * world_size if zigzag else world_size
+    if cu_seqlens is None:
+        bounds, what = [(0, x.shape[dim])], f"x.shape[{dim}]"
+    else:
+        bounds, what = _seq_bounds(cu_seqlens), "the length of sequence {} (cu_seqlens)"
+    pieces = []
+    for b, (start, end) in enumerate(bounds):
+        c = _chunk_len(fn, end - start, what.format(b), rank, world_size, parts)
+        chunks = [rank, 2 * world_size - 1 - rank] if zigzag else [rank]
+        pieces += [x.narrow(dim, start + i * c, c) for i in chunks]
+    return torch.cat(pieces, dim) if pieces else x.narrow(dim, 0, 0).contiguous()
+
+
+def zigzag_shard(x, rank, world_size, dim=1, cu_seqlens=None):
+    """Rank `rank`'s part of the full tensor `x` in the zigzag layout (a new contiguous tensor).
+
+    x.shape[dim] (the full sequence length S) is cut into 2 * world_size equal chunks; the
+    result is chunks rank and 2 * world_size - 1 - rank concatenated along `dim` (length
+    S / world_size). Varlen: with `cu_seqlens` (int32, the full sequences' boundaries along
+    `dim`, usually 0), every sequence is cut so and the parts concatenated in sequence order;
+    the local boundaries are then cu_seqlens // world_size. Raises ValueError if a length is
+    not divisible by 2 * world_size.
+    """
+    return _shard("zigzag_shard", True, x, rank, world_size, dim, cu_seqlens)
+
+
+def plain_shard(x, rank, world_size, dim=1, cu_seqlens=None):
+    """Rank `rank`'s part of the full tensor `x` in the plain (contiguous) layout: chunk `rank`
+    of world_size equal chunks along `dim` (a new contiguous tensor). Varlen: with `cu_seqlens`
+    every sequence is cut so (local boundaries cu_seqlens // world_size). Raises ValueError if
+    a length is not divisible by world_size."""
+    return _shard("plain_shard", False, x, rank, world_size, dim, cu_seqlens)
+
+
+def _unshard(pieces, zigzag, dim, cu_seqlens=None):
+    """The full tensor from every rank's part (in rank order); cu_seqlens: the local ones."""
+    if cu_seqlens is not None:
+        seqs = [_unshard([p.narrow(dim, a, b - a) for p in pieces], zigzag, dim)
+                for a, b in _seq_bounds(cu_seqlens)]
+        return torch.cat(seqs, dim) if seqs else pieces[0].narrow(dim, 0, 0).contiguous()
+    if not zigzag:
+        return torch.cat(pieces, dim)
+    halves = [p.chunk(2, dim) for p in pieces]
+    return torch.cat([h[0] for h in halves] + [h[1] for h in reversed(halves)], dim)
+
+
+def _all_gather(x, group):
+    x = x.contiguous()
+    pieces = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(pieces, x, group=group)
+    return pieces
+
+
+def zigzag_gather(x_local, group=None, dim=1, cu_seqlens=None):
+    """The full tensor on every rank of `group` (None: the default group) from each rank's
+    zigzag part `x_local`: the inverse of zigzag_shard (varlen: `cu_seqlens` are the LOCAL
+    boundaries, the same on every rank). A collective: every rank calls it with a tensor of
+    the same shape. Not differentiable."""
+    if cu_seqlens is None and x_local.shape[dim] % 2:
+        raise ValueError(f"flashattn: zigzag_gather: x_local.shape[{dim}] = "
+                         f"{x_local.shape[dim]} must be even (two chunks per rank)")
+    for b, (start, end) in enumerate(_seq_bounds(cu_seqlens) if cu_seqlens is not None else []):
+        if (end - start) % 2:
+            raise ValueError(f"flashattn: zigzag_gather: the local length of sequence {b} "
+                             f"(cu_seqlens) = {end - start} must be even (two chunks per rank)")
+    return _unshard(_all_gather(x_local, group), True, dim, cu_seqlens)
+
+
+def plain_gather(x_local, group=None, dim=1, cu_seqlens=None):
+    """The full tensor on every rank of `group` (None: the default group) from each rank's
+    plain-layout part `x_local`: the inverse of plain_shard (varlen: `cu_seqlens` are the LOCAL
+    boundaries). A collective: every rank calls it with a tensor of the same shape. Not
+    differentiable."""
+    return _unshard(_all_gather(x_local, group), False, dim, cu_seqlens)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact merge of partial attention results.
+# ---------------------------------------------------------------------------------------------
+
+def merge_attn_partials(outs, lses):
+    """Merge attention results over disjoint key sets into the result over their union.
+
+    outs: sequence of (batch, seqlen, nheads, headdim_v) tensors; lses: their softmax_lse,
+    (batch, nheads, seqlen); or the varlen shapes (total, nheads, headdim_v) and
+    (nheads, total). Returns (out, lse) in fp32, shaped as the inputs:
+        lse = logsumexp_i lse_i,   out = sum_i exp(lse_i - lse) * out_i.
+    Computed against the row maximum, so no exponent overflows; a row whose lse_i is -inf (no
+    visible key in that set) contributes nothing, even if its out_i holds garbage, and a row
+    that is -inf in every partial gives out 0 and lse -inf (never NaN).
+    """
+    if len(outs) != len(lses) or not outs:
+        raise ValueError(f"flashattn: merge_attn_partials: need as many outs as lses (at least "
+                         f"one), got {len(outs)} and {len(lses)}")
+    if lses[0].dim() == 2:  # varlen: a batch of one
+        out, lse = merge_attn_partials([o[None] for o in outs], [lse[None] for lse in lses])
+        return out[0], lse[0]
+    lses = [lse.float() for lse in lses]
+    m = lses[0]
+    for lse in lses[1:]:
+        m = torch.maximum(m, lse)
+    # All -inf: shift by 0 instead (exp(-inf - 0) = 0), not by -inf (-inf - -inf = NaN).
+    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
+    weights = [torch.exp(lse - m) for lse in lses]
+    total = weights[0]
+    for w in weights[1:]:
+        total = total + w
+    lse = m + torch.log(total)  # log(0) = -inf for a row no partial sees
+    inv = torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
+    out = None
+    for o, w in zip(outs, weights):
+        w = (w * inv).transpose(1, 2).unsqueeze(-1)  # (B, H, S) -> (B, S, H, 1)
+        term = torch.where(w > 0, w * o.float(), torch.zeros((), device=o.device))
+        out = term if out is None else out + term
+    return out, lse
+
+
+# ---------------------------------------------------------------------------------------------
+# The ring: one packed message per transfer, issued asynchronously.
+# ---------------------------------------------------------------------------------------------
+
+class _Ring:
+    def __init__(self, group):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.next = (self.rank + 1) % self.world_size
+        self.prev = (self.rank - 1) % self.world_size
+
+    def exchange(self, buf, tag):
+        """Send `buf` to the next rank and receive the previous rank's into a new buffer.
+        Returns (received buffer, works); it is valid, and `buf` reusable, after _wait(works)."""
+        if self.world_size == 1:
+            return buf, []
+        recv = torch.empty_like(buf)
+        ops = [dist.P2POp(dist.isend, buf, group=self.group, tag=tag, group_peer=self.next),
+               dist.P2POp(dist.irecv, recv, group=self.group, tag=tag, group_peer=self.prev)]
+        return recv, dist.batch_isend_irecv(ops)
+
+
+def _wait(works):
+    for w in works:
+        w.wait()
+
+
+def _pack(tensors, dtype=None):
+    """One contiguous flat buffer holding `tensors` (so one message carries K and V)."""
+    return torch.cat([t.reshape(-1).to(dtype or t.dtype) for t in tensors])
+
+
+def _unpack(buf, shapes):
+    views, start = [], 0
+    for shape in shapes:
+        n = shape.numel()
+        views.append(buf[start:start + n].view(shape))
+        start += n
+    return views
+
+
+def _step_pair(layout, causal, rank, src):
+    """What rank `rank`'s queries compute against the K/V chunk of rank `src`: None (hidden) or
+    (query rows, key rows, causal), rows "all", "first" or "second" (half of each sequence).
+
+    Chunk-level causality: query chunk i sees key chunk j fully if j < i, on the diagonal if
+    j == i (a causal call on equal lengths: bottom-right alignment is then the global mask),
+    not at all if j > i. Zigzag, rank r holds chunks (r, 2W-1-r): src == r is the diagonal of
+    both halves plus (second half, first half) full, one causal call over the local sequence;
+    src < r: both query halves see the first key half only; src > r: the second query half
+    sees both key halves, the first none.
+    """
+    if not causal:
+        return "all", "all", False
+    if src == rank:
+        return "all", "all", True
+    if layout == "plain":
+        return ("all", "all", False) if src < rank else None
+    return ("all", "first", False) if src < rank else ("second", "all", False)
+
+
+class _PaddedRows:
+    """The local rows of the padded layout: slices along dim 1 (softmax_lse: dim 2)."""
+
+    def __init__(self, seqlen):
+        half = seqlen // 2
+        self.sel = {"all": slice(0, seqlen), "first": slice(0, half),
+                    "second": slice(half, seqlen)}
+
+    @staticmethod
+    def lse_shape(q):
+        return q.shape[0], q.shape[2], q.shape[1]
+
+    def take(self, x, part, lse=False):
+        return x[:, :, self.sel[part]] if lse else x[:, self.sel[part]]
+
+    def put(self, acc, part, value, lse=False):
+        self.take(acc, part, lse).copy_(value)
+
+    def add(self, acc, part, value):
+        self.take(acc, part).add_(value)
+
+    def fwd(self, q, k, v, qpart, kpart, **opts):
+        return torch.ops.flashattn.fwd(q, k, v, **opts)
+
+    def bwd(self, dout, q, k, v, out, lse, qpart, kpart, **opts):
+        return torch.ops.flashattn.bwd(dout, q, k, v, out, lse, **opts)
+
+
+class _VarlenRows:
+    """The local rows of the varlen layout (dim 0; softmax_lse: dim 1) of sequences delimited
+    by the local cu_seqlens; a half is each sequence's first (second) half, picked by an index
+    built on the device (no host sync), clamped so that wrong metadata cannot index out of
+    bounds."""
+
+    def __init__(self, cu_seqlens, max_seqlen, total, zigzag):
+        self.sel = {"all": (None, cu_seqlens, max_seqlen)}
+        if not zigzag:
+            return
+        # Every local sequence has even length, so the halves' boundaries are cu_seqlens // 2;
+        # first-half row i of sequence b is local row cu[b] + (i - cu[b] / 2).
+        cu = cu_seqlens.long()
+        cu_half = cu // 2
+        i = torch.arange(total // 2, device=cu.device)
+        seq = (torch.searchsorted(cu_half, i, right=True) - 1).clamp(0, max(cu.numel() - 2, 0))
+        first = cu[seq] + (i - cu_half[seq])
+        second = first + (cu[seq + 1] - cu[seq]) // 2
+        half_max = (max_seqlen + 1) // 2
+        self.sel["first"] = (first.clamp(0, max(total - 1, 0)), cu_half.int(), half_max)
+        self.sel["second"] = (second.clamp(0, max(total - 1, 0)), cu_half.int(), half_max)
+
+    @staticmethod
+    def lse_shape(q):
+        return q.shape[1], q.shape[0]
+
+    def take(self, x, part, lse=False):
+        index = self.sel[part][0]
+        return x if index is None else x.index_select(1 if lse else 0, index)
+
+    def put(self, acc, part, value, lse=False):
+        index = self.sel[part][0]
+        if index is None:
+            acc.copy_(value)
+        else:
+            acc.index_copy_(1 if lse else 0, index, value)
+
+    def add(self, acc, part, value):
+        # index_copy_ of a sum rather than index_add_: deterministic on every device.
+        self.put(acc, part, self.take(acc, part) + value)
+
+    def fwd(self, q, k, v, qpart, kpart, **opts):
+        _, cu_q, max_q = self.sel[qpart]
+        _, cu_k, max_k = self.sel[kpart]
+        return torch.ops.flashattn.varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, **opts)
+
+    def bwd(self, dout, q, k, v, out, lse, qpart, kpart, **opts):
+        _, cu_q, max_q = self.sel[qpart]
+        _, cu_k, max_k = self.sel[kpart]
+        return torch.ops.flashattn.varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q,
+                                              max_k, **opts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward and backward (padded and varlen alike, through the rows object).
+# ---------------------------------------------------------------------------------------------
+
+def _causal_opts(is_causal):
+    return dict(causal=is_causal, window_right=0 if is_causal else -1)
+
+
+class _RingFlashAttn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, rows, group, softmax_scale, causal, softcap, deterministic,
+                layout):
+        ring = _Ring(group)
+        opts = dict(softmax_scale=softmax_scale, window_left=-1, softcap=softcap,
+                    alibi_slopes=None, deterministic=deterministic)
+        out_acc = q.new_zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32)
+        lse_acc = q.new_full(rows.lse_shape(q), float("-inf"), dtype=torch.float32)
+        shapes = (k.shape, v.shape)
+        kv = _pack((k, v))
+        for step in range(ring.world_size):
+            last = step == ring.world_size - 1
+            if not last:  # the next chunk is in flight while this one is computed on
+                kv_next, works = ring.exchange(kv, _TAG_KV)
+            src = (ring.rank - step) % ring.world_size
+            pair = _step_pair(layout, causal, ring.rank, src)
+            if pair is not None:
+                qp, kp, is_causal = pair
+                kc, vc = _unpack(kv, shapes)
+                o, lse = rows.fwd(rows.take(q, qp), rows.take(kc, kp), rows.take(vc, kp), qp, kp,
+                                  **_causal_opts(is_causal), **opts)
+                o, lse = merge_attn_partials((rows.take(out_acc, qp), o),
+                                             (rows.take(lse_acc, qp, lse=True), lse))
+                rows.put(out_acc, qp, o)
+                rows.put(lse_acc, qp, lse, lse=True)
+            if not last:
+                _wait(works)
+                kv = kv_next
+        out = out_acc.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse_acc)
+        ctx.mark_non_differentiable(lse_acc)
+        ctx.ring, ctx.rows, ctx.opts, ctx.causal, ctx.layout = ring, rows, opts, causal, layout
+        return out, lse_acc
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        # softmax_lse is marked non-differentiable: its incoming gradient is ignored.
+        q, k, v, out, lse = ctx.saved_tensors
+        ring, rows = ctx.ring, ctx.rows
+        shapes = (k.shape, v.shape)
+        dq_acc = torch.zeros_like(q, dtype=torch.float32)
+        kv = _pack((k, v))
+        dkv_works = []
+        for step in range(ring.world_size):
+            last = step == ring.world_size - 1
+            if not last:
+                kv_next, kv_works = ring.exchange(kv, _TAG_KV)
+            src = (ring.rank - step) % ring.world_size
+            pair = _step_pair(ctx.layout, ctx.causal, ring.rank, src)
+            if pair is not None:
+                qp, kp, is_causal = pair
+                kc, vc = _unpack(kv, shapes)
+                # With the merged out and lse, a pair's backward gives its exact share
+                # (the op's D = rowsum(dout * out) is then the global one).
+                dq, dk, dv = rows.bwd(
+                    rows.take(dout, qp), rows.take(q, qp), rows.take(kc, kp),
+                    rows.take(vc, kp), rows.take(out, qp), rows.take(lse, qp, lse=True), qp, kp,
+                    **_causal_opts(is_causal), **ctx.opts)
+                rows.add(dq_acc, qp, dq)
+            # The fp32 dK/dV accumulator of src's chunk: fresh at step 0, else what the
+            # previous rank sent after its own step (that transfer overlapped this compute).
+            if step == 0:
+                dkv = q.new_zeros(k.numel() + v.numel(), dtype=torch.float32)
+            else:
+                _wait(dkv_works)
+                dkv = dkv_next
+            if pair is not None:
+                dk_acc, dv_acc = _unpack(dkv, shapes)
+                rows.add(dk_acc, kp, dk)
+                rows.add(dv_acc, kp, dv)
+            dkv_next, dkv_works = ring.exchange(dkv, _TAG_DKV)
+            if not last:
+                _wait(kv_works)
+                kv = kv_next
+        _wait(dkv_works)  # after W steps each chunk's accumulator is back on its own rank
+        dk, dv = _unpack(dkv_next, shapes)
+        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 7
+
+
+def _check_inputs(fn, q, k, v, layout, varlen):
+    dims, names = (3, "(total_local, nheads, headdim)") if varlen else (
+        4, "(batch, seqlen_local, nheads, headdim)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != dims:
+            raise ValueError(f"flashattn: {fn}: {name} must be a {dims}-D tensor {names}, got "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t)}")
+    seq_dim = 0 if varlen else 1
+    if k.shape[seq_dim] != q.shape[seq_dim] or v.shape[seq_dim] != q.shape[seq_dim]:
+        raise ValueError(
+            f"flashattn: {fn}: q, k and v must hold the same local chunk of one sequence; got "
+            f"q.shape[{seq_dim}] = {q.shape[seq_dim]}, k.shape[{seq_dim}] = "
+            f"{k.shape[seq_dim]}, v.shape[{seq_dim}] = {v.shape[seq_dim]}")
+    if k.dtype != v.dtype:
+        raise ValueError(f"flashattn: {fn}: k and v must have the same dtype, got {k.dtype} and "
+                         f"{v.dtype}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"flashattn: {fn}: layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "zigzag" and q.shape[seq_dim] % 2:
+        raise ValueError(
+            f"flashattn: {fn}: layout='zigzag' needs an even local sequence length (two chunks "
+            f"per rank), got q.shape[{seq_dim}] = {q.shape[seq_dim]}")
+
+
+def _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
+                  deterministic):
+    """The options shared by the ring calls, checked; raises for what the ring cannot do."""
+    if dropout_p != 0.0:
+        raise NotImplementedError(
+            f"flashattn: {fn}: dropout_p = {dropout_p} is not supported: dropout "
+            f"{_OFFSETS_MISSING}")
+    if alibi_slopes is not None:
+        raise NotImplementedError(
+            f"flashattn: {fn}: alibi_slopes is not supported: the ALiBi bias {_OFFSETS_MISSING}")
+    # The user's window as given (causal=False here: causal's window_right = 0 is ours).
+    opts = _options(q, 0.0, softmax_scale, False, window_size, softcap, None, deterministic)
+    if opts["window_left"] >= 0 or opts["window_right"] >= 0:
+        raise NotImplementedError(
+            f"flashattn: {fn}: window_size = {tuple(window_size)} is not supported (only "
+            f"(-1, -1)): a sliding window {_OFFSETS_MISSING}")
+    return opts
+
+
+def _check_group(fn, group):
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"flashattn: {fn} needs an initialised torch.distributed process "
+                           f"group (torch.distributed.init_process_group)")
+    if dist.get_rank(group) < 0:
+        raise ValueError(f"flashattn: {fn}: this rank is not a member of group")
+
+
+def ring_flash_attn_func(
+    q,
+    k,
+    v,
+    group=None,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    layout="zigzag",
+):
+    """Exact attention over one sequence split across the ranks of `group` (ring attention).
+
+    Every rank of the group calls it with its local chunk (a collective: same shapes, options
+    and layout on every rank); the result equals flash_attn_func on the full sequence,
+    restricted to the local rows, forward and backward (through autograd).
+
+    Arguments:
+        q: (batch, seqlen_local, nheads, headdim), this rank's query rows.
+        k: (batch, seqlen_local, nheads_k, headdim), this rank's key rows (nheads a multiple of
+            nheads_k: MQA/GQA).
+        v: (batch, seqlen_local, nheads_k, headdim_v).
+        group: the torch.distributed process group of the ring (None: the default group);
+            every transfer runs on it.
+        dropout_p: must be 0.0 (NotImplementedError): dropout masks would have to be drawn
+            at global positions, which needs the global query/key offsets the ops do not
+            take yet.
+        softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
+        causal: causal mask over the full sequence (query at global position i sees keys
+            j <= i). Use layout="zigzag" for an even load across the ranks.
+        window_size: must be (-1, -1) (NotImplementedError): a sliding window needs the
+            global query/key offsets the ops do not take yet.
+        softcap: if > 0, scores become softcap * tanh(score / softcap).
+        alibi_slopes: must be None (NotImplementedError): the ALiBi bias depends on global
+            positions, which needs the global query/key offsets the ops do not take yet.
+        deterministic: passed to every backward call (the ring's own sums run in a fixed
+            order, so the result is then the same bit for bit on reruns).
+        return_attn_probs: if True return (out, softmax_lse, None), like flash_attn_func.
+        layout: how the full sequence (length S, world size W) is laid out over the ranks:
+            "zigzag": S cut into 2W chunks, rank r holds chunks r and 2W-1-r concatenated
+            (seqlen_local = S / W, even); "plain": S cut into W chunks, rank r holds chunk r.
+            zigzag_shard / plain_shard produce these from full tensors.
+
+    Returns:
+        out: (batch, seqlen_local, nheads, headdim_v) in q's dtype, or (out, softmax_lse, None)
+        with return_attn_probs; softmax_lse fp32 (batch, nheads, seqlen_local), the log-sum-exp
+        of each local query row over the whole sequence's keys.
+    """
+    fn = "ring_flash_attn_func"
+    _check_inputs(fn, q, k, v, layout, varlen=False)
+    opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
+                         deterministic)
+    _check_group(fn, group)
+    out, softmax_lse = _RingFlashAttn.apply(
+        q, k, v, _PaddedRows(q.shape[1]), group, opts["softmax_scale"], bool(causal),
+        opts["softcap"], bool(deterministic), layout)
+    return _result(out, softmax_lse, return_attn_probs)
+
+
+def ring_flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    group=None,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    layout="zigzag",
+):
+    """Ring attention over a batch of variable-length sequences, each split across the ranks
+    of `group` (the varlen twin of ring_flash_attn_func; self-attention, so q and k share
+    cu_seqlens).
+
+    Every sequence b of full length S_b is laid out over the W ranks as in
+    ring_flash_attn_func ("zigzag": 2W chunks, rank r holds chunks r and 2W-1-r; "plain": W
+    chunks, rank r holds chunk r), and each rank's parts of all sequences are concatenated in
+    sequence order (zigzag_shard / plain_shard with cu_seqlens produce this layout).
+
+    Arguments:
+        q: (total_local, nheads, headdim), k: (total_local, nheads_k, headdim),
+        v: (total_local, nheads_k, headdim_v), this rank's rows of every sequence.
+        cu_seqlens: int32 (batch + 1,), the LOCAL boundaries (the full sequences' divided by
+            W), the same on every rank, ending at total_local. Zigzag: every local length
+            must be even. Not checked (that would need a host sync): wrong metadata gives
+            wrong numbers, never an out-of-bounds access.
+        max_seqlen: int, at least the longest local length.
+        other arguments: as ring_flash_attn_func (the same ones are not supported).
+
+    Returns:
+        out: (total_local, nheads, headdim_v), or (out, softmax_lse, None) with
+        return_attn_probs, softmax_lse fp32 (nheads, total_local).
+    """
+    fn = "ring_flash_attn_varlen_func"
+    _check_inputs(fn, q, k, v, layout, varlen=True)
+    opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
+                         deterministic)
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or (
+            cu_seqlens.numel() < 1 or cu_seqlens.dtype != torch.int32):
+        raise ValueError(f"flashattn: {fn}: cu_seqlens must be a 1-D int32 tensor of batch + 1 "
+                         f"local boundaries, got {cu_seqlens!r:.80}")
+    if cu_seqlens.device != q.device:
+        raise ValueError(f"flashattn: {fn}: cu_seqlens must be on q's device {q.device}, got "
+                         f"{cu_seqlens.device}")
+    _check_group(fn, group)
+    rows = _VarlenRows(cu_seqlens, int(max_seqlen), q.shape[0], layout == "zigzag")
+    out, softmax_lse = _RingFlashAttn.apply(
+        q, k, v, rows, group, opts["softmax_scale"], bool(causal), opts["softcap"],
+        bool(deterministic), layout)
+    return _result(out, softmax_lse, return_attn_probs)
