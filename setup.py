@@ -7,6 +7,8 @@ flashattn/_build_config.py's BUILD_CONFIG):
   FLASHATTN_DISABLE_SM80=1      no portable CUDA kernels
   FLASHATTN_DISABLE_SM90=1      no Hopper kernels
   FLASHATTN_DISABLE_BACKWARD=1  no CUDA backward kernels (the CPU backward stays)
+  FLASHATTN_LINEINFO=1          nvcc -lineinfo (source lines for profilers and sanitizers;
+                                off by default: a release wheel does not carry them)
   TORCH_CUDA_ARCH_LIST          the CUDA targets (tools/build_archs.py: "9.0a" or "9.0" builds
                                 the Hopper family for sm_90a and the portable one for sm_90)
   FLASHATTN_HEADDIMS            developer switch: build only these head-dim buckets ("128")
@@ -27,10 +29,13 @@ import generate_instantiations  # noqa: E402
 import generate_wgmma  # noqa: E402
 
 FLAGS = ["FLASHATTN_DISABLE_CUDA", "FLASHATTN_DISABLE_SM80", "FLASHATTN_DISABLE_SM90",
-         "FLASHATTN_DISABLE_BACKWARD"]
-NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
-              "-Xcompiler=-fvisibility=hidden"]
+         "FLASHATTN_DISABLE_BACKWARD", "FLASHATTN_LINEINFO"]
+NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler=-fvisibility=hidden"]
 TORCH_TARGET_VERSION = "0x020a000000000000"  # the stable ABI of torch 2.10: runs on >= 2.10
+# The same version as "major.minor": BUILD_CONFIG's torch_target_version (flashattn/__init__.py
+# refuses an older torch before loading the extension) and the wheel's torch requirement.
+_TARGET = int(TORCH_TARGET_VERSION, 16)
+TORCH_TARGET = f"{_TARGET >> 56}.{_TARGET >> 48 & 0xff}"
 # Python's limited API (3.10+): torch's cpp_extension adds -DPy_LIMITED_API=0x030A0000 for
 # py_limited_api=True extensions.
 
@@ -121,6 +126,7 @@ def make_extension():
         config["FLASHATTN_DISABLE_SM80"] = True
         config["FLASHATTN_DISABLE_SM90"] = True
         config["FLASHATTN_DISABLE_BACKWARD"] = True
+        config["FLASHATTN_LINEINFO"] = False
     generate_instantiations.main()
     generate_wgmma.main()
     buckets = [d for d, _ in generate_instantiations.head_dims()]
@@ -158,6 +164,7 @@ def make_extension():
     config["cuda_archs"] = cuda_archs
     config["FLASHATTN_HEADDIMS"] = built_hdims
     config["torch_version"] = torch.__version__
+    config["torch_target_version"] = TORCH_TARGET
     config["cuda_version"] = torch.version.cuda if cuda else None
     write_build_config(config)
     n_sm90 = sum(len(cu) for _, cu, _ in separate)
@@ -173,7 +180,7 @@ def make_extension():
     kwargs = dict(name="flashattn._C", sources=sources, py_limited_api=True,
                   include_dirs=[str(ROOT / "csrc")], extra_link_args=shared_libstdcxx())
     if cuda:
-        nvcc = NVCC_FLAGS + defines
+        nvcc = NVCC_FLAGS + (["-lineinfo"] if config["FLASHATTN_LINEINFO"] else []) + defines
         ext = CUDAExtension(extra_compile_args={"cxx": cxx, "nvcc": nvcc + nvcc_flags}, **kwargs)
         ext.flashattn_separate = [(family, cu, nvcc + flags) for family, cu, flags in separate]
         return ext
@@ -217,12 +224,16 @@ def build_ext_cls():
             headers = [p.stat().st_mtime for p in (ROOT / "csrc").rglob("*.h*")]
             newest_header = max(headers, default=0)
             nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
+            # Objects compiled with other flags (e.g. FLASHATTN_LINEINFO toggled) are stale.
+            stamp = out_dir / "flags.txt"
+            same_flags = stamp.exists() and stamp.read_text() == "\n".join(flags)
+            stamp.unlink(missing_ok=True)
 
             def compile_one(src):
                 obj = out_dir / (Path(src).stem + ".o")
                 src_path = ROOT / src
-                if obj.exists() and obj.stat().st_mtime > max(src_path.stat().st_mtime,
-                                                              newest_header):
+                if same_flags and obj.exists() and obj.stat().st_mtime > max(
+                        src_path.stat().st_mtime, newest_header):
                     return str(obj)
                 cmd = [nvcc, *flags, "-Xcompiler=-fPIC", f"-I{ROOT / 'csrc'}", "-c",
                        str(src_path), "-o", str(obj)]
@@ -232,7 +243,9 @@ def build_ext_cls():
 
             jobs = int(os.environ.get("MAX_JOBS", os.cpu_count() or 1))
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                return list(pool.map(compile_one, sources))
+                objects = list(pool.map(compile_one, sources))
+            stamp.write_text("\n".join(flags))
+            return objects
 
     return BuildExt
 
@@ -247,5 +260,5 @@ setup(
     cmdclass={"build_ext": build_ext_cls()},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
     python_requires=">=3.10",
-    install_requires=["torch>=2.10"],
+    install_requires=[f"torch>={TORCH_TARGET}"],
 )

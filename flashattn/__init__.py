@@ -1,17 +1,64 @@
 """flashattn: exact FlashAttention for PyTorch (CPU backend + CUDA kernels).
 
-Importing the package loads the compiled extension, which registers the dispatcher ops
+Importing the package checks that this torch can load the build (torch >= the stable-ABI
+target version recorded by setup.py; a CUDA build of torch for a build with CUDA kernels), then
+loads the compiled extension, which registers the dispatcher ops
 `torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd}`; `ops` adds their fake kernels and
 autograd; `interface` holds the flash-attn 2.x compatible functions.
 """
-import torch  # noqa: F401  (loads libtorch before the extension)
+import re
 
-from . import _C  # noqa: F401  (registers the ops)
-from . import ops  # noqa: F401
-from . import distributed  # noqa: F401  (ring attention; no process-group state at import)
+import torch  # loads libtorch before the extension
+
 from ._build_config import BUILD_CONFIG
-from .interface import *  # noqa: F401,F403
-from .interface import __all__ as _interface_all
 
 __version__ = "0.1.0"
+
+
+def _release(version):
+    """(major, minor) of a version such as '2.10.0+cu130' or '2.11.0a0+git1234'; None if
+    unreadable."""
+    m = re.match(r"(\d+)\.(\d+)", str(version))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _check_torch():
+    """Raises ImportError, naming both versions, when the running torch cannot load this build.
+    Done before the extension loads: on an older torch the loader would report an undefined
+    stable-ABI symbol, on a torch without CUDA a missing libtorch_cuda.so."""
+    found, target = torch.__version__, BUILD_CONFIG.get("torch_target_version")
+    if target and _release(found) and _release(found) < _release(target):
+        raise ImportError(
+            f"flashattn {__version__} needs torch >= {target} (it is built against the stable "
+            f"ABI of torch {target}), but this is torch {found}; install torch >= {target}")
+    cuda = BUILD_CONFIG.get("cuda_version")
+    if cuda and torch.version.cuda is None:
+        raise ImportError(
+            f"flashattn {__version__} is built with CUDA {cuda} kernels and needs a CUDA "
+            f"{cuda.split('.')[0]}.x build of torch, but this torch {found} has no CUDA; "
+            "install such a torch, or build flashattn here from source for the CPU backend "
+            "alone (pip install --no-build-isolation .)")
+
+
+def _load_extension():
+    try:
+        from . import _C  # noqa: F401  (registers the ops)
+    except ImportError as e:
+        cuda, torch_cuda = BUILD_CONFIG.get("cuda_version"), torch.version.cuda
+        if cuda and torch_cuda and cuda.split(".")[0] != torch_cuda.split(".")[0]:
+            raise ImportError(
+                f"{e} (flashattn {__version__} is built with CUDA {cuda}, this torch "
+                f"{torch.__version__} with CUDA {torch_cuda}: install a CUDA "
+                f"{cuda.split('.')[0]}.x build of torch)") from e
+        raise
+
+
+_check_torch()
+_load_extension()
+
+from . import ops  # noqa: E402,F401
+from . import distributed  # noqa: E402,F401  (ring attention; no process-group state at import)
+from .interface import *  # noqa: E402,F401,F403
+from .interface import __all__ as _interface_all  # noqa: E402
+
 __all__ = list(_interface_all) + ["BUILD_CONFIG"]
