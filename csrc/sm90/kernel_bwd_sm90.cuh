@@ -296,23 +296,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int64_t krow = si.k_row0 + kr[r];
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
-      const int col = j * 8 + (lane % 4) * 2;
-      if (col >= p.headdim) continue;
-      const float k0 = dk[j * 4 + 2 * r] * p.softmax_scale, k1 = dk[j * 4 + 2 * r + 1] * p.softmax_scale;
+      const int col = j * 8 + (lane % 4) * 2;  // pairs: head dims are multiples of 8
+      const float k0 = dk[j * 4 + 2 * r] * p.softmax_scale;
+      const float k1 = dk[j * 4 + 2 * r + 1] * p.softmax_scale;
       const float v0 = dv[j * 4 + 2 * r], v1 = dv[j * 4 + 2 * r + 1];
       if (args.dk_accum == nullptr) {
-        Element* dkp = static_cast<Element*>(p.dk_ptr) + b * p.dk_batch_stride +
-                       krow * p.dk_row_stride + hk * p.dk_head_stride + col;
-        Element* dvp = static_cast<Element*>(p.dv_ptr) + b * p.dv_batch_stride +
-                       krow * p.dv_row_stride + hk * p.dv_head_stride + col;
-        *reinterpret_cast<uint32_t*>(dkp) = pack_x2<Element>(k0, k1);
-        *reinterpret_cast<uint32_t*>(dvp) = pack_x2<Element>(v0, v1);
+        if (col < p.headdim)
+          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dk_ptr) + b * p.dk_batch_stride +
+                                       krow * p.dk_row_stride + hk * p.dk_head_stride + col) =
+              pack_x2<Element>(k0, k1);
+        if (col < p.headdim_v)
+          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dv_ptr) + b * p.dv_batch_stride +
+                                       krow * p.dv_row_stride + hk * p.dv_head_stride + col) =
+              pack_x2<Element>(v0, v1);
       } else {
         const int64_t g = (sm80::bwd_detail::k_row_global(p, b, si) + kr[r]) * p.nheads_k + hk;
-        atomicAdd(args.dk_accum + g * kD + col, k0);
-        atomicAdd(args.dk_accum + g * kD + col + 1, k1);
-        atomicAdd(args.dv_accum + g * kD + col, v0);
-        atomicAdd(args.dv_accum + g * kD + col + 1, v1);
+        if (col < p.headdim) {
+          atomicAdd(args.dk_accum + g * kD + col, k0);
+          atomicAdd(args.dk_accum + g * kD + col + 1, k1);
+        }
+        if (col < p.headdim_v) {
+          atomicAdd(args.dv_accum + g * kD + col, v0);
+          atomicAdd(args.dv_accum + g * kD + col + 1, v1);
+        }
       }
     }
   }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../common/cuda_check.h"
+#include "../common/tile_policy.h"
 #include "kernel_bwd_sm90.cuh"
 #include "launch_fwd_sm90.cuh"  // tensor_map, fwd_unsupported's TMA rules
 
@@ -17,15 +18,23 @@ namespace flashattn::sm90 {
 // Why the sm90 backward's main kernel does not take this call (nullptr: it does).
 inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   if (const char* why = fwd_unsupported(p)) return why;
-  if (p.headdim > kD || p.headdim_v > kD) return "head dims above the kernel's";
+  // The fp32 accumulators' rows are the sm80 bucket long (bwd_workspace_layout).
+  if (headdim_bucket(p.headdim, p.headdim_v) != kD)
+    return "head dims outside the kernel's bucket (the accumulators' row length)";
   if (p.softcap != 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
     return "softcap, ALiBi or a scale <= 0 (not yet)";
   if (p.deterministic) return "deterministic (not yet)";
-  auto al16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-  if (!al16(p.do_ptr) || p.do_row_stride % 8 || p.do_head_stride % 8 || p.do_batch_stride % 8)
+  auto al = [](const void* x, int m) { return reinterpret_cast<uintptr_t>(x) % m == 0; };
+  auto strides = [](int64_t a, int64_t b, int64_t c, int64_t m) {
+    auto one = [m](int64_t x) { return x >= 0 && x < (int64_t(1) << 39) && x % m == 0; };
+    return one(a) && one(b) && one(c);
+  };
+  if (!al(p.do_ptr, 16) || !strides(p.do_row_stride, p.do_head_stride, p.do_batch_stride, 8))
     return "dout not 16-byte aligned in base and strides (TMA)";
-  if (reinterpret_cast<uintptr_t>(p.dk_ptr) % 4 || reinterpret_cast<uintptr_t>(p.dv_ptr) % 4)
-    return "dk / dv not 4-byte aligned";
+  if (!al(p.dk_ptr, 4) || !al(p.dv_ptr, 4) ||
+      !strides(p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride, 2) ||
+      !strides(p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, 2))
+    return "dk / dv not 4-byte aligned (element pairs are stored)";
   return nullptr;
 }
 

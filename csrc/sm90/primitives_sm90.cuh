@@ -99,13 +99,14 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // 2^x on the FMA and integer units instead of the SFU (FA4's trick, for the share of the
 // softmax's exponentials moved off MUFU): x = j + f by the 1.5 * 2^23 rounding trick (j an
 // integer, |f| <= 0.5), 2^f by a degree-3 polynomial (max rel. error 1.0e-4, under half a bf16 /
-// fp16 ulp), 2^j added to its exponent bits. x is clamped at -125 (2^-125 for -inf, as good as
-// 0 beside a row maximum of 1).
+// fp16 ulp), 2^j added to its exponent bits. Below -125 (masked scores: -inf) it gives 0, as
+// ex2.approx.ftz does, so a row with no visible key keeps a zero sum.
 __device__ __forceinline__ float exp2_fma(float x) {
-  x = fmaxf(x, -125.f);
-  const float t = x + 12582912.f, j = t - 12582912.f, f = x - j;
+  const float xc = fmaxf(x, -125.f);
+  const float t = xc + 12582912.f, j = t - 12582912.f, f = xc - j;
   const float p = fmaf(fmaf(fmaf(0.0550085739f, f, 0.242210337f), f, 0.693282896f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+  const float y = __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
+  return x < -125.f ? 0.f : y;
 }
 
 // Ordinary shared-memory stores that the tensor cores or TMA read next: in each writing
