@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute of our forward against SDPA flash's on one cell (the carried build), on the
 # device: CELL="d N causal" (default "256 512 1"). Writes $OUT/ncu_fwd_d<d>_N<N>_c<c>.log.
+# Its source view (ncu_source_top.py) needs source lines: build with FLASHATTN_LINEINFO=1.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 set -- ${CELL:-256 512 1}
