@@ -170,21 +170,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint32_t do_base = smem_u32(smem + Cfg::kSmemDO + stage * Cfg::kQBytes);
     mbar_wait(q_full + stage, (it / kStages) & 1);
     float st[kBM / 2], dpt[kBM / 2];
+    // acc = A B^T over kD, both K-major: A this warpgroup's 64 keys, B the kBM queries.
+    auto mma_keys_queries = [&](float (&acc)[kBM / 2], uint32_t a_base, uint32_t b_base) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
+        wgmma_ss<false, Element>(
+            acc, gmma_desc_sw128(a_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024),
+            gmma_desc_sw128(b_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024), kk > 0);
+      }
+    };
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t in_row = (kk % 4) * 32;
-      wgmma_ss<false, Element>(
-          st, gmma_desc_sw128(k_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024),
-          gmma_desc_sw128(q_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024), kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t in_row = (kk % 4) * 32;
-      wgmma_ss<false, Element>(
-          dpt, gmma_desc_sw128(v_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024),
-          gmma_desc_sw128(do_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024), kk > 0);
-    }
+    mma_keys_queries(st, k_base, q_base);    // S^T = K Q^T
+    mma_keys_queries(dpt, v_base, do_base);  // dP^T = V dO^T
     wgmma_commit();
     // lse (in log2 units) and D of this thread's query columns, while the MMAs run. Columns
     // past the sequence: lse +inf (P = 0; they are masked too).

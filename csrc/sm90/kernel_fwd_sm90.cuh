@@ -114,6 +114,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kD = Cfg::kD, kDv = Cfg::kDv;
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
+  constexpr int kFmaMod = Cfg::kExpFma > 0 ? Cfg::kExpFma : 1;  // (no % 0 when off)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -293,8 +294,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const float x = fmaf(s[j * 4 + 2 * r + e], scale_log2, -m_scaled);
-            const float pv = Cfg::kExpFma > 0 && j % Cfg::kExpFma == Cfg::kExpFma - 1
-                                 ? exp2_fma(x) : exp2_ftz(x);
+            const float pv = Cfg::kExpFma > 0 && j % kFmaMod == kFmaMod - 1 ? exp2_fma(x)
+                                                                             : exp2_ftz(x);
             s[j * 4 + 2 * r + e] = pv;
             sum += pv;
           }

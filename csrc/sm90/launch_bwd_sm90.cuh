@@ -24,16 +24,12 @@ inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   if (p.softcap != 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
     return "softcap, ALiBi or a scale <= 0 (not yet)";
   if (p.deterministic) return "deterministic (not yet)";
-  auto al = [](const void* x, int m) { return reinterpret_cast<uintptr_t>(x) % m == 0; };
-  auto strides = [](int64_t a, int64_t b, int64_t c, int64_t m) {
-    auto one = [m](int64_t x) { return x >= 0 && x < (int64_t(1) << 39) && x % m == 0; };
-    return one(a) && one(b) && one(c);
-  };
-  if (!al(p.do_ptr, 16) || !strides(p.do_row_stride, p.do_head_stride, p.do_batch_stride, 8))
+  if (!aligned_to(p.do_ptr, 16) ||
+      !strides_ok(p.do_row_stride, p.do_head_stride, p.do_batch_stride, 8))
     return "dout not 16-byte aligned in base and strides (TMA)";
-  if (!al(p.dk_ptr, 4) || !al(p.dv_ptr, 4) ||
-      !strides(p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride, 2) ||
-      !strides(p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, 2))
+  if (!aligned_to(p.dk_ptr, 4) || !aligned_to(p.dv_ptr, 4) ||
+      !strides_ok(p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride, 2) ||
+      !strides_ok(p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, 2))
     return "dk / dv not 4-byte aligned (element pairs are stored)";
   return nullptr;
 }

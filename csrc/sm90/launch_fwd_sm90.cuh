@@ -56,16 +56,21 @@ CUtensorMap tensor_map(const void* ptr, int cols, int64_t rows, int heads, int b
   return m;
 }
 
+inline bool aligned_to(const void* x, int bytes) {
+  return reinterpret_cast<uintptr_t>(x) % bytes == 0;
+}
+// Three element strides of a 16-bit tensor, multiples of m, in [0, 2^39) (TMA with m = 8: byte
+// strides multiples of 16, below 2^40).
+inline bool strides_ok(int64_t a, int64_t b, int64_t c, int64_t m) {
+  auto one = [m](int64_t x) { return x >= 0 && x < (int64_t(1) << 39) && x % m == 0; };
+  return one(a) && one(b) && one(c);
+}
+
 // Why the sm90 forward does not take this call (nullptr: it does). The API layer then runs
 // sm80, or raises this reason under FLASHATTN_FORCE_BACKEND=sm90. Windows come as the API
 // passes them (a side >= seqlen_k as -1). Device checks (compute capability 9.0, shared
 // memory, head dims built) are the caller's: dispatch_fwd_sm90.cu.
 inline const char* fwd_unsupported(const FwdParams& p) {
-  auto al16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-  auto ok_strides = [](int64_t a, int64_t b, int64_t c, int64_t m) {
-    auto one = [m](int64_t x) { return x >= 0 && x < (int64_t(1) << 39) && x % m == 0; };
-    return one(a) && one(b) && one(c);  // TMA: byte strides multiples of 16, below 2^40
-  };
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)
     return "dtype (it takes float16 and bfloat16)";
   if (fwd_variant(p.headdim, p.headdim_v) < 0)
@@ -78,14 +83,14 @@ inline const char* fwd_unsupported(const FwdParams& p) {
     return "2^31 rows or more (TMA coordinates are int32)";
   if ((int64_t(p.seqlen_q) + 63) / 64 * p.nheads * p.batch > INT32_MAX)
     return "2^31 query tiles or more";
-  if (!al16(p.q_ptr) || !al16(p.k_ptr) || !al16(p.v_ptr))
+  if (!aligned_to(p.q_ptr, 16) || !aligned_to(p.k_ptr, 16) || !aligned_to(p.v_ptr, 16))
     return "q, k or v not 16-byte aligned (TMA)";
-  if (!ok_strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, 8) ||
-      !ok_strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, 8) ||
-      !ok_strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, 8))
+  if (!strides_ok(p.q_row_stride, p.q_head_stride, p.q_batch_stride, 8) ||
+      !strides_ok(p.k_row_stride, p.k_head_stride, p.k_batch_stride, 8) ||
+      !strides_ok(p.v_row_stride, p.v_head_stride, p.v_batch_stride, 8))
     return "q, k or v strides not multiples of 8 elements below 2^39 (TMA)";
-  if (!ok_strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, 2) ||
-      reinterpret_cast<uintptr_t>(p.o_ptr) % 4 != 0)
+  if (!strides_ok(p.o_row_stride, p.o_head_stride, p.o_batch_stride, 2) ||
+      !aligned_to(p.o_ptr, 4))
     return "out not 4-byte aligned";
   return nullptr;
 }
