@@ -3,12 +3,15 @@
 # the sm80 backward's self-test built with -DSELFTEST_SM90, its --sm90 mode (the sm90 main
 # kernel between the sm80 preprocessing and conversions, against float64 on the cases it
 # takes), then timed beside the sm80 backward (SM90_BWD_ARGS="" skips the timing); then
-# compute-sanitizer memcheck and racecheck on the checks alone.
+# compute-sanitizer memcheck and racecheck on the checks alone. BWD_STAGE=build builds only,
+# BWD_STAGE=run runs an earlier build (so the build can go under another job).
 set -uo pipefail
+BWD_STAGE="${BWD_STAGE:-all}"
 export PATH=/usr/local/cuda/bin:$PATH
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT" /tmp/stb
 A="-std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -Itools/selftest -DSELFTEST_ONLY_64_128"
 t0=$(date +%s)
+if [ "$BWD_STAGE" != run ]; then
 for d in 64 128; do
   nvcc $A -gencode=arch=compute_90,code=sm_90 -c csrc/instantiations/bwd_sm80_hdim${d}_bf16.cu \
     -o /tmp/stb/h$d.o & done
@@ -17,6 +20,8 @@ nvcc $A -DSELFTEST_SM90 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
 wait
 nvcc /tmp/stb/main.o /tmp/stb/h64.o /tmp/stb/h128.o -o /tmp/stb/selftest_bwd90 || exit 1
 echo "== built ($(( $(date +%s) - t0 )) s)"; grep -E "spill|C75" "$OUT/bwd90_ptxas.log" | sort | uniq -c
+fi
+[ "$BWD_STAGE" = build ] && exit 0
 /tmp/stb/selftest_bwd90 --sm90 ${SM90_BWD_ARGS---bench} > "$OUT/bwd90.log" 2>&1
 echo "== selftest rc=$?"; grep -E "FAIL|failed|bench" "$OUT/bwd90.log" | head -60
 for tool in memcheck racecheck; do
