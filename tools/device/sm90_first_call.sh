@@ -11,8 +11,6 @@ t0=$(date +%s)
 b=$!
 OUT=$L/fwd SELFTEST_DIMS="${SELFTEST_DIMS:-64}" TEST_FORCE="${TEST_FORCE:-sm90}" \
   timeout ${FWD_LIMIT:-420} bash tools/device/sm90_fwd_ab.sh 2>&1 | tee $L/fwd.out
-#="${SELFTEST_DIMS:-64}" TEST_FORCE="${TEST_FORCE:-sm90}" \
-  bash tools/device/sm90_fwd_ab.sh 2>&1 | tee $L/fwd.out
 wait $b; echo "== bwd build rc=$?"; cat $L/bwd_build.out
 OUT=$L/bwd BWD_STAGE=run timeout ${BWD_LIMIT:-160} bash tools/device/sm90_bwd_selftest.sh 2>&1 | tee $L/bwd.out
 tar czf "$OUT/logs.tgz" -C $L .
