@@ -61,6 +61,65 @@ struct FwdParams {
   const float* alibi_slopes = nullptr;  // fp32, slope of (b, h) at b * alibi_batch_stride + h
   int64_t alibi_batch_stride = 0;       // 0 when slopes are (nheads,)
 
+  // KV cache (flash_attn_with_kvcache) and paged KV. int32 on q's device, untrusted: seq_info
+  // and the kernels clamp them (wrong numbers at worst, never an out-of-bounds access).
+  //   seqused_k[b]    sequence b's keys end at row seqused_k[b] + seqlen_knew (seqused_k is
+  //                   cache_seqlens, the cache's length before this call's append of
+  //                   seqlen_knew rows); nullptr = the sequence's full length
+  //   leftpad_k[b]    and start at row leftpad_k[b] (cache_leftpad; nullptr = 0). Key index 0
+  //                   of the score semantics above is that row.
+  //   kv_batch_idx[b] sequence b reads k / v batch kv_batch_idx[b] (cache_batch_idx, padded
+  //                   layout only; nullptr = b), clamped to [0, kv_batch)
+  // Paged (block_table != nullptr): k / v are (num_pages, page_size, nheads_k, d), their
+  // batch strides the page strides; logical key row r of sequence b is row r % page_size of
+  // page block_table[b * block_table_batch_stride + r / page_size] (entries clamped to
+  // [0, num_pages), r / page_size to [0, max_pages_per_seq)), and seqlen_k is the capacity
+  // max_pages_per_seq * page_size. Varlen + paged: sequence b has cu_seqlens_k[b + 1] -
+  // cu_seqlens_k[b] keys from logical row 0.
+  const int32_t* seqused_k = nullptr;
+  const int32_t* leftpad_k = nullptr;
+  const int32_t* kv_batch_idx = nullptr;
+  int32_t kv_batch = 0;
+  int32_t seqlen_knew = 0;
+  const int32_t* block_table = nullptr;
+  int64_t block_table_batch_stride = 0;
+  int32_t page_size = 0, num_pages = 0, max_pages_per_seq = 0;
+
+  // Split-KV decoding: the number of key splits, 0 = the backend chooses (num_splits).
+  int32_t num_splits = 0;
+
+  // Backend-owned workspace, allocated zeroed through torch by the API layer with the
+  // element counts the backend's *_workspace() asked for. Layout is the backend's.
+  float* workspace_f32 = nullptr;
+  int64_t workspace_f32_elems = 0;
+  int32_t* workspace_i32 = nullptr;
+  int64_t workspace_i32_elems = 0;
+};
+
+// The append step of flash_attn_with_kvcache, run before its attention (whose FwdParams
+// describe the caches: k_ptr / v_ptr, seqused_k = cache_seqlens, leftpad_k, kv_batch_idx,
+// paging, seqlen_knew = the rows appended). k_new / v_new (batch, seqlen_knew, nheads_k,
+// d / dv) go to cache rows seqused_k[b] + i of sequence b (through the block table when
+// paged); a row at or past the capacity (seqlen_k) is dropped, never written.
+// Rotary (rotary_dim > 0, even, <= headdim): cos / sin are (seqlen_ro, rotary_dim / 2) in q's
+// dtype (row stride rotary_stride); k_new row i is rotated at position seqused_k[b] + i, q row
+// i at seqused_k[b] + (q_rot_per_row ? i : 0) (per row when causal or local, as flash-attn),
+// positions clamped to [0, seqlen_ro). Interleaved: pairs (2j, 2j + 1); otherwise (j, j +
+// rotary_dim / 2). The rotated q is written to q_rot_ptr (q's shape, q_rot strides), which
+// the attention then reads as its q; dims past rotary_dim are copied unchanged.
+struct KvAppendParams {
+  const void* knew_ptr = nullptr;
+  const void* vnew_ptr = nullptr;  // both null: no append (rotary of q alone)
+  int64_t knew_batch_stride = 0, knew_row_stride = 0, knew_head_stride = 0;
+  int64_t vnew_batch_stride = 0, vnew_row_stride = 0, vnew_head_stride = 0;
+  const void* rotary_cos = nullptr;
+  const void* rotary_sin = nullptr;
+  int64_t rotary_stride = 0;
+  int32_t seqlen_ro = 0, rotary_dim = 0;  // rotary_dim 0 = no rotary
+  bool rotary_interleaved = true;
+  bool q_rot_per_row = false;
+  void* q_rot_ptr = nullptr;
+  int64_t q_rot_batch_stride = 0, q_rot_row_stride = 0, q_rot_head_stride = 0;
 };
 
 struct BwdParams : FwdParams {
@@ -81,19 +140,14 @@ struct BwdParams : FwdParams {
   // D = rowsum(dO * O), fp32, laid out like lse (same strides). Written by the backend.
   float* dsoftmax_sum = nullptr;
 
-  // Backend-owned workspace, allocated zeroed through torch by the API layer with the
-  // element counts the backend's bwd_workspace() asked for. Layout is the backend's.
-  float* workspace_f32 = nullptr;
-  int64_t workspace_f32_elems = 0;
-  int32_t* workspace_i32 = nullptr;
-  int64_t workspace_i32_elems = 0;
-
+  // The workspace (FwdParams) holds the backend's bwd_workspace() request.
   bool deterministic = false;
 };
 
-struct BwdWorkspaceSizes {
+struct WorkspaceSizes {
   int64_t f32_elems = 0;
   int64_t i32_elems = 0;
 };
+using BwdWorkspaceSizes = WorkspaceSizes;
 
 }  // namespace flashattn

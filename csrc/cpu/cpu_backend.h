@@ -11,6 +11,10 @@ using ParallelFor =
     std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
 
 void run_fwd(const FwdParams& params, const ParallelFor& parallel_for);
+// flash_attn_with_kvcache's append + rotary step (params.h, KvAppendParams); run_fwd takes
+// the kvcache / paged fields of FwdParams.
+void run_kvcache_append(const FwdParams& params, const KvAppendParams& append,
+                        const ParallelFor& parallel_for);
 BwdWorkspaceSizes bwd_workspace(const BwdParams& params);
 void run_bwd(const BwdParams& params, const ParallelFor& parallel_for);
 

@@ -15,6 +15,15 @@ DeviceFit device_fit(int& compute_capability);  // 10 * major + minor of the cur
 std::string built_targets();                    // e.g. "sm_80, sm_90, compute_90"
 
 void run_fwd(const FwdParams& params, void* stream);
+
+// flash_attn_with_kvcache and paged KV (params.h: seqused_k, leftpad_k, kv_batch_idx,
+// block_table): the append + rotary step (csrc/sm80/kvcache_append_sm80.cu), then the
+// split-KV attention (csrc/sm80/decode_sm80.cu) over any of those fields, with its partial
+// outputs in the workspace that fwd_kvcache_workspace asks for (num_splits 0 = chosen here
+// from the grid and the SM count). run_fwd_kvcache also takes plain padded / varlen calls.
+void run_kvcache_append(const FwdParams& params, const KvAppendParams& append, void* stream);
+WorkspaceSizes fwd_kvcache_workspace(const FwdParams& params);
+void run_fwd_kvcache(const FwdParams& params, void* stream);
 BwdWorkspaceSizes bwd_workspace(const BwdParams& params);
 void run_bwd(const BwdParams& params, void* stream);
 
