@@ -53,6 +53,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--plot", metavar="DIR", help="write PNG charts (needs matplotlib)")
     parser.add_argument("--commit", help="the project's commit, where git cannot tell "
                         "(a copy of the tree without .git)")
+    parser.add_argument("--decode", action="store_true",
+                        help="also the decode grid (flashattn/bench_decode.py, issue 13): TB/s "
+                             "of the KV cache read, contiguous and paged")
     parser.add_argument("--memory", action="store_true",
                         help="peak extra memory of fwd+bwd, B=1 H=16 d=128, N in 4k/16k/64k")
     return parser.parse_args()
@@ -195,6 +198,13 @@ def main() -> None:
                  for N in args.N]
         timing = bench.Timing(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
         result["rows"] = bench.run_cells(cells, impls, device, timing)
+    if args.decode:
+        if device.type == "cuda":
+            from flashattn import bench_decode
+            timing = bench.Timing(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+            result["decode"] = bench_decode.run_grid(device, timing, args.impls)
+        else:
+            print("--decode needs a CUDA device; skipped", file=sys.stderr)
     if args.memory:
         if device.type == "cuda":
             result["memory"] = memory_rows(impls, dtype, device)

@@ -132,6 +132,44 @@ def spread_note(rows: list, names: list) -> str:
             f"{statistics.median(spreads):.1%}, max {max(spreads):.1%}.")
 
 
+SDPA_PEERS = ("sdpa_flash", "sdpa_cudnn", "sdpa_eff")
+
+
+def decode_table(rows: list) -> list:
+    """The decode rows (bench_attn.py --decode): TB/s of K / V read per implementation, our
+    speed over the best SDPA backend and over FA4, then the targets' summary lines."""
+    names = implementations(rows)
+    peers = [n for n in names if n != OURS]
+    out = ["| B | N | Sq | page | " + " | ".join(names) + " | ×best SDPA | ×fa4 |",
+           "|" + "---|" * (len(names) + 6)]
+    best_ratios, big = [], []
+    for r in rows:
+        sdpa = [r[p] for p in SDPA_PEERS if r.get(p)]
+        best = max(sdpa) if sdpa else None
+        x_best = r[OURS] / best if r.get(OURS) and best else None
+        if x_best is not None:
+            best_ratios.append((x_best, r))
+        if r.get(OURS) and r["kv_bytes"] >= 256 * 2**20 and r["Sq"] == 1:
+            big.append(r[OURS])
+        out.append(f"| {r['B']} | {r['N']} | {r['Sq']} | {r['page'] or '-'} | "
+                   + " | ".join(fmt(r.get(n), ".3g") for n in names)
+                   + f" | {fmt(x_best, '.2f')} | {fmt(over(r, FA4 if FA4 in peers else None), '.2f')} |")
+    out.append("")
+    if big:
+        out.append(f"Ours over the one-token cells reading >= 256 MiB: median "
+                   f"{statistics.median(big):.2f} TB/s, min {min(big):.2f} ({len(big)} cells).")
+    if best_ratios:
+        low, at = min(best_ratios, key=lambda x: x[0])
+        out.append(f"Ours over the best SDPA backend: median "
+                   f"{statistics.median(x for x, _ in best_ratios):.2f}, min {low:.2f} "
+                   f"(B={at['B']} N={at['N']} Sq={at['Sq']} page={at['page']}); "
+                   f"{sum(x < 1 for x, _ in best_ratios)} of {len(best_ratios)} cells below 1.")
+    if any(r.get("peers_from") for r in rows):
+        out.append("Paged rows: the peers' numbers are their contiguous-cache timings of the "
+                   "same run (they have no paged layout).")
+    return out
+
+
 def markdown(result: dict, reference: str) -> str:
     head, rows = result["header"], result["rows"]
     names = implementations(rows)
@@ -162,6 +200,10 @@ def markdown(result: dict, reference: str) -> str:
         out += ["", spread_note(rows, names), ""]
         det = det_summary(rows)
         out += det + [""] if det else []
+    if result.get("decode"):
+        r0 = result["decode"][0]
+        out += [f"## Decode, {r0['dtype']}, d={r0['d']}, GQA {r0['H']}/{r0['Hk']} (TB/s of "
+                "K and V read)", ""] + decode_table(result["decode"]) + [""]
     if result.get("memory"):
         out += ["## Peak extra memory of fwd+bwd (MiB), B=1, H=16, d=128", ""]
         out += memory_table(result["memory"]) + [""]

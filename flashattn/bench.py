@@ -312,7 +312,8 @@ def best_peer(row: dict, peers: list) -> Optional[str]:
 
 class TablePrinter:
     """A fixed-width text table printed row by row, as the cells finish. Shows per
-    implementation TFLOP/s (or median ms, unit="ms") and our speed-up over each peer."""
+    implementation TFLOP/s (TB/s for decode rows, or median ms, unit="ms") and our speed-up
+    over each peer."""
 
     def __init__(self, names: list, unit: str = "TFLOP/s"):
         self.names, self.unit = names, unit
@@ -336,7 +337,7 @@ class TablePrinter:
     def row(self, row: dict) -> str:
         def num(value, fmt=".4g"):
             return "null" if value is None else format(value, fmt)
-        key = "{}" if self.unit == "TFLOP/s" else "{}_ms_median"
+        key = "{}_ms_median" if self.unit == "ms" else "{}"
         values = [num(row[key.format(name)]) for name in self.names]
         ratios = [speedup(row, peer) for peer in self.peers]
         if len(self.peers) > 1:

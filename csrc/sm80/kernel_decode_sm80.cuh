@@ -1,0 +1,457 @@
+// Split-KV attention for decoding over a KV cache (sm80+; the path of flash_attn_with_kvcache
+// and of paged KV). Decoding reads the whole cache for a few query rows, so the limit is memory
+// bandwidth, and the work is split two ways to keep every SM streaming:
+// - the query heads of one KV group and the query tokens form the rows of one tile (row r is
+//   token r / group, head hk * group + r % group), so each K / V byte is read once per group;
+// - the keys of a (batch, KV head) split across CTAs (grid.y), each writing a normalised
+//   partial output and its LSE that decode_combine_kernel merges (num_splits 1: straight out).
+// Inside a CTA the 4 warps split the rows (kWarpsM, 16 rows each) and the keys of each 64-key
+// block (kWarpsN = 4 / kWarpsM); the kWarpsN partial softmax states meet in shared memory at the
+// end. K / V tiles stream through a kStages-deep cp.async ring (about 96 KB in flight per CTA);
+// rows of a paged cache are gathered per row through the block table. Every key index, page
+// and batch index comes from seq_info / page_of, which clamp the untrusted metadata.
+#pragma once
+#include "kernel_fwd_sm80.cuh"  // SmemTile, TileCopy, quad_max / quad_sum, the primitives
+
+namespace flashattn::sm80 {
+
+constexpr int decode_stages(int stage_bytes, int budget) {
+  const int s = budget / stage_bytes;
+  return s < 2 ? 2 : (s > 8 ? 8 : s);
+}
+
+// kBN keys per stage, their ring about kRingBudget bytes. The default (64 keys, 96 KB: two CTAs
+// per SM on Hopper / A100) needs up to 160 KB at d256; decode_small_smem is the variant for
+// GPUs with 99 KB per block (sm_86 / sm_89) at d 192 / 256.
+template <int kD_, typename Element_, int kWarpsM_, int kBN_ = 64, int kRingBudget = 98304>
+struct DecodeTraits {
+  using Element = Element_;
+  static constexpr int kD = kD_, kWarpsM = kWarpsM_, kWarpsN = 4 / kWarpsM_;
+  static constexpr int kThreads = 128;
+  static constexpr int kM = 16 * kWarpsM;    // rows of a tile
+  static constexpr int kBN = kBN_;           // keys per pipeline stage
+  static constexpr int kNW = kBN / kWarpsN;  // keys of a block per warp: 16, 32 or 64
+  static constexpr int kNFragsS = kNW / 8, kKStepsPV = kNW / 16;
+  static constexpr int kNFragsO = kD / 8, kKStepsQK = kD / 16;
+  using TileQ = SmemTile<kM, kD>;
+  using TileKV = SmemTile<kBN, kD>;
+  using Copy = TileCopy<kBN, kD, kThreads>;
+  static constexpr int kStageBytes = 2 * TileKV::kBytes;
+  static constexpr int kStages = decode_stages(kStageBytes, kRingBudget);
+  // After the loop shared memory (Q and the ring) holds the warps' partial states: per
+  // warp-column, kM rows of kD fp32 (O) and 2 fp32 (max, sum); then per row the merged
+  // log2-max and 1 / sum.
+  static constexpr int kScratchO = kWarpsN * kM * kD * 4;
+  static constexpr int kScratchBytes = kScratchO + kWarpsN * kM * 8 + kM * 8;
+  static constexpr int kSmem = TileQ::kBytes + kStages * kStageBytes;
+  static_assert(kWarpsM == 1 || kWarpsM == 2 || kWarpsM == 4, "4 warps split rows x keys");
+  static_assert(kNW >= 16 && kNW % 16 == 0, "a warp's keys are whole k16 steps");
+  static_assert(kScratchBytes <= kSmem, "the merge scratch fits the tiles");
+  static_assert(kSmem <= 227 * 1024, "opt-in shared memory per block");
+};
+template <int kD, typename Element>
+using DecodeSmallSmem = DecodeTraits<kD, Element, 4, 32, 65536>;
+
+// Launch-time facts of one decode call (host-computed).
+struct DecodeArgs {
+  int group;      // query heads per KV head
+  int m_tiles;    // row tiles per (batch, KV head)
+  int64_t rows_total;  // nheads * total_q: the partial outputs' row count (split mode)
+  int dv_pitch;   // fp32 row pitch of a partial output (headdim_v rounded up to 4)
+  bool vec_ok;    // 16-byte global accesses everywhere
+  bool score_mod; // softcap / ALiBi / a non-positive scale
+};
+
+// The partial output of (split, row id) in the workspace: O rows (dv_pitch fp32), then LSEs.
+// Row id = h * total_q + q row (padded: b * seqlen_q + t; varlen: the sequence's first row + t).
+__device__ __forceinline__ int64_t decode_row_id(const FwdParams& p, int h, int64_t q_row) {
+  return h * p.total_q + q_row;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(T::kThreads)
+    decode_kernel_sm80(const __grid_constant__ FwdParams p, const DecodeArgs a) {
+  using Element = typename T::Element;
+  using TileQ = typename T::TileQ;
+  using TileKV = typename T::TileKV;
+  using Copy = typename T::Copy;
+  constexpr int kD = T::kD, kM = T::kM, kBN = T::kBN, kNW = T::kNW, kStages = T::kStages;
+  constexpr int kNFragsS = T::kNFragsS, kNFragsO = T::kNFragsO;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int mt = blockIdx.x % a.m_tiles;
+  const int bh = blockIdx.x / a.m_tiles;
+  const int hk = bh % p.nheads_k, b = bh / p.nheads_k;
+  const int split = blockIdx.y, num_splits = gridDim.y;
+  const SeqInfo seq = seq_info(p, b);
+  const int rows = seq.seqlen_q * a.group;
+  const int r0 = mt * kM;
+  if (r0 >= rows) return;
+  const MaskInfo mask = mask_info(p, seq);
+  const int shift = mask.shift();
+
+  // Key blocks of this split: the visible range of the tile's tokens, cut into num_splits.
+  const int t_first = r0 / a.group, t_last = min(rows - 1, r0 + kM - 1) / a.group;
+  const int key_lo = mask.key_begin(t_first), key_hi = mask.key_end(t_last);
+  const int blk_lo = key_lo / kBN;
+  const int blk_count = key_hi > key_lo ? (key_hi + kBN - 1) / kBN - blk_lo : 0;
+  const int per_split = (blk_count + num_splits - 1) / num_splits;
+  const int blk_begin = blk_lo + split * per_split;
+  const int n_iters = max(0, min(blk_lo + blk_count, blk_begin + per_split) - blk_begin);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;
+  const int g = lane >> 2, t4 = lane & 3;
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sKV = sQ + TileQ::kBytes;  // stage s: K at sKV + s * kStageBytes, then V
+
+  // Q rows -> smem (zero past the tile's rows or the head dim).
+  {
+    const Element* q = static_cast<const Element*>(p.q_ptr);
+    constexpr int kChunks = kD / 8;
+    for (int idx = tid; idx < kM * kChunks; idx += T::kThreads) {
+      const int rr = idx / kChunks, chunk = idx % kChunks, col = chunk * 8;
+      const int r = r0 + rr;
+      const int tok = r / a.group, h = hk * a.group + r % a.group;
+      const bool ok = r < rows;
+      const Element* src = q + b * p.q_batch_stride + (seq.q_row0 + tok) * p.q_row_stride +
+                           h * p.q_head_stride + col;
+      const uint32_t d = sQ + TileQ::offset(rr, chunk);
+      if (a.vec_ok && col + 8 <= p.headdim) {
+        cp_async_16(d, ok ? static_cast<const void*>(src) : p.q_ptr, ok);
+      } else {
+        uint16_t e[8];
+        const auto* s16 = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) e[k] = (ok && col + k < p.headdim) ? s16[k] : 0;
+        st_shared_v4(d, make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16),
+                                   e[4] | (uint32_t(e[5]) << 16), e[6] | (uint32_t(e[7]) << 16)));
+      }
+    }
+  }
+
+  // One key row's address in K (V): paged through the block table, else the (clamped) batch.
+  const bool paged = p.block_table != nullptr;
+  const Element* k_head = static_cast<const Element*>(p.k_ptr) + hk * p.k_head_stride;
+  const Element* v_head = static_cast<const Element*>(p.v_ptr) + hk * p.v_head_stride;
+  auto load_block = [&](int blk, int stage) {
+    const int row0 = tid / Copy::kThreadsPerRow, chunk0 = tid % Copy::kThreadsPerRow;
+    const uint32_t dk = sKV + stage * T::kStageBytes, dv = dk + TileKV::kBytes;
+#pragma unroll
+    for (int i = 0; i < Copy::kRowIters; ++i) {
+      const int row = row0 + i * Copy::kRowsPerStep;
+      const int j = blk * kBN + row;
+      const bool ok = j < seq.seqlen_k;
+      const int64_t lr = seq.k_row0 + j;  // logical row
+      int64_t koff, voff;
+      if (paged) {
+        const int64_t pg = page_of(p, b, lr), in_page = lr % p.page_size;
+        koff = pg * p.k_batch_stride + in_page * p.k_row_stride;
+        voff = pg * p.v_batch_stride + in_page * p.v_row_stride;
+      } else {
+        koff = seq.k_batch * p.k_batch_stride + lr * p.k_row_stride;
+        voff = seq.k_batch * p.v_batch_stride + lr * p.v_row_stride;
+      }
+      const Element* ks = k_head + koff;
+      const Element* vs = v_head + voff;
+#pragma unroll
+      for (int c = 0; c < Copy::kColIters; ++c) {
+        const int chunk = chunk0 + c * Copy::kThreadsPerRow, col = chunk * 8;
+        const uint32_t o = TileKV::offset(row, chunk);
+        auto copy = [&](uint32_t d, const Element* s, int cols) {
+          if (a.vec_ok && col + 8 <= cols) {
+            cp_async_16(d, ok ? static_cast<const void*>(s) : p.k_ptr, ok);
+          } else if (col >= cols) {
+            cp_async_16(d, p.k_ptr, false);
+          } else {
+            uint16_t e[8];
+            const auto* s16 = reinterpret_cast<const uint16_t*>(s);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) e[k] = (ok && col + k < cols) ? s16[k] : 0;
+            st_shared_v4(d, make_uint4(e[0] | (uint32_t(e[1]) << 16),
+                                       e[2] | (uint32_t(e[3]) << 16),
+                                       e[4] | (uint32_t(e[5]) << 16),
+                                       e[6] | (uint32_t(e[7]) << 16)));
+          }
+        };
+        copy(dk + o, ks + col, p.headdim);
+        copy(dv + o, vs + col, p.headdim_v);
+      }
+    }
+  };
+
+  // Prologue: Q with block 0, then blocks 1 .. kStages - 2 (empty groups keep the counts).
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_iters) load_block(blk_begin + s, s);
+    cp_async_commit();
+  }
+
+  float acc_o[kNFragsO][4];
+#pragma unroll
+  for (int ni = 0; ni < kNFragsO; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[ni][e] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = a.score_mod ? 1.4426950408889634f : p.softmax_scale_log2;
+
+  // This thread's two rows: token, visible key range, ALiBi slope.
+  int tok[2], vis_lo[2], vis_hi[2];
+  float slope[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + wm * 16 + g + 8 * half;
+    tok[half] = r / a.group;
+    vis_lo[half] = mask.key_begin(tok[half]);
+    vis_hi[half] = r < rows ? mask.key_end(tok[half]) : 0;
+    slope[half] = alibi_slope(p, b, hk * a.group + r % a.group);
+  }
+  const bool has_cap = p.softcap > 0.f;
+  const float inv_cap = has_cap ? 1.f / p.softcap : 0.f;
+
+  // ldmatrix lane coordinates, as in fwd_kernel_sm80.
+  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_hi = lane >> 4;
+  const int b_row = (lane & 7) + (lane >> 4) * 8, b_hi = (lane >> 3) & 1;
+  const uint32_t q_lane = sQ + (wm * 16 + a_row) * TileQ::kRowBytes;
+  const int q_xor = a_hi ^ TileQ::swizzle(a_row);
+  const uint32_t k_lane = (wn * kNW + b_row) * TileKV::kRowBytes;
+  const int k_xor = b_hi ^ TileKV::swizzle(b_row);
+  const uint32_t v_lane = (wn * kNW + a_row) * TileKV::kRowBytes;
+  const int v_xor = a_hi ^ TileKV::swizzle(a_row);
+  auto q_off = [&](int c) {
+    return q_lane + (c / TileQ::kPanelChunks) * TileQ::kPanelBytes +
+           (((c % TileQ::kPanelChunks) ^ q_xor) << 4);
+  };
+  auto kv_off = [&](uint32_t lane_base, int x, int r, int c) {
+    return lane_base + (c / TileKV::kPanelChunks) * TileKV::kPanelBytes + r * TileKV::kRowBytes +
+           (((c % TileKV::kPanelChunks) ^ x) << 4);
+  };
+
+  for (int it = 0; it < n_iters; ++it) {
+    const int stage = it % kStages;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // block it has landed; every warp is done with block it - 1's stage
+    if (it + kStages - 1 < n_iters) load_block(blk_begin + it + kStages - 1, (it + kStages - 1) % kStages);
+    cp_async_commit();
+    const uint32_t sK = sKV + stage * T::kStageBytes, sV = sK + TileKV::kBytes;
+    const int n0 = (blk_begin + it) * kBN + wn * kNW;  // this warp's first key
+
+    float acc_s[kNFragsS][4];
+#pragma unroll
+    for (int ni = 0; ni < kNFragsS; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[ni][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < T::kKStepsQK; ++ks) {
+      uint32_t qa[4];
+      ldmatrix_x4(qa, q_off(2 * ks));
+#pragma unroll
+      for (int np = 0; np < kNFragsS / 2; ++np) {
+        uint32_t bb[4];
+        ldmatrix_x4(bb, sK + kv_off(k_lane, k_xor, np * 16, 2 * ks));
+        const uint32_t b0[2] = {bb[0], bb[1]}, b1[2] = {bb[2], bb[3]};
+        mma_16816<Element>(acc_s[2 * np], qa, b0);
+        mma_16816<Element>(acc_s[2 * np + 1], qa, b1);
+      }
+    }
+
+    // Score transform, visibility, online softmax (log2 units; a row with no visible key so
+    // far keeps max -inf and contributes nothing).
+    uint32_t pa[T::kKStepsPV][4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float mx = row_max[half];
+#pragma unroll
+      for (int ni = 0; ni < kNFragsS; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = n0 + ni * 8 + 2 * t4 + e;
+          float s = acc_s[ni][2 * half + e];
+          if (a.score_mod)
+            s = score_mod(s * p.softmax_scale, has_cap, p.softcap, inv_cap, slope[half],
+                          tok[half] + shift - j);
+          if (j < vis_lo[half] || j >= vis_hi[half]) s = -INFINITY;
+          acc_s[ni][2 * half + e] = s;
+          mx = fmaxf(mx, s);
+        }
+      mx = quad_max(mx);
+      const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+      const float corr = fast_exp2(row_max[half] * scale_log2 - m_scaled);
+      row_max[half] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int ni = 0; ni < kNFragsS; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = fast_exp2(acc_s[ni][2 * half + e] * scale_log2 - m_scaled);
+          acc_s[ni][2 * half + e] = pe;
+          sum += pe;
+        }
+      row_sum[half] = row_sum[half] * corr + sum;
+#pragma unroll
+      for (int ni = 0; ni < kNFragsO; ++ni) {
+        acc_o[ni][2 * half] *= corr;
+        acc_o[ni][2 * half + 1] *= corr;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < T::kKStepsPV; ++kk) {
+      pa[kk][0] = pack2<Element>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+      pa[kk][1] = pack2<Element>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+      pa[kk][2] = pack2<Element>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+      pa[kk][3] = pack2<Element>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int kk = 0; kk < T::kKStepsPV; ++kk)
+#pragma unroll
+      for (int dp = 0; dp < kNFragsO / 2; ++dp) {
+        uint32_t bb[4];
+        ldmatrix_x4_trans(bb, sV + kv_off(v_lane, v_xor, kk * 16, 2 * dp));
+        const uint32_t b0[2] = {bb[0], bb[1]}, b1[2] = {bb[2], bb[3]};
+        mma_16816<Element>(acc_o[2 * dp], pa[kk], b0);
+        mma_16816<Element>(acc_o[2 * dp + 1], pa[kk], b1);
+      }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // Q and the ring are free: they become the merge scratch
+
+  // Each warp's partial state -> scratch: O (unnormalised), log2-max, sum per row.
+  float* so = reinterpret_cast<float*>(smem);
+  float* sml = so + T::kWarpsN * kM * kD;  // (warp column, row) -> {m_log2, sum}
+  float* srow = sml + T::kWarpsN * kM * 2;  // row -> {M_log2, 1 / L}
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int rr = wm * 16 + g + 8 * half;
+    float* dst = so + (wn * kM + rr) * kD;
+#pragma unroll
+    for (int ni = 0; ni < kNFragsO; ++ni) {
+      dst[ni * 8 + 2 * t4] = acc_o[ni][2 * half];
+      dst[ni * 8 + 2 * t4 + 1] = acc_o[ni][2 * half + 1];
+    }
+    const float sum = quad_sum(row_sum[half]);
+    if (t4 == 0) {
+      sml[(wn * kM + rr) * 2] = row_max[half] == -INFINITY ? -INFINITY : row_max[half] * scale_log2;
+      sml[(wn * kM + rr) * 2 + 1] = sum;
+    }
+  }
+  __syncthreads();
+  if (tid < kM) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < T::kWarpsN; ++w) m = fmaxf(m, sml[(w * kM + tid) * 2]);
+    float l = 0.f;
+#pragma unroll
+    for (int w = 0; w < T::kWarpsN; ++w) {
+      const float mw = sml[(w * kM + tid) * 2];
+      if (mw != -INFINITY) l += sml[(w * kM + tid) * 2 + 1] * exp2f(mw - m);
+    }
+    srow[2 * tid] = m;
+    srow[2 * tid + 1] = l > 0.f ? 1.f / l : 0.f;
+    // lse (natural log) of the row over this split's keys; -inf when it saw none.
+    const int r = r0 + tid;
+    if (r < rows) {
+      const int tk = r / a.group, h = hk * a.group + r % a.group;
+      const float lse = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
+      if (num_splits == 1) {
+        p.lse_ptr[b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + tk] = lse;
+      } else {
+        const int64_t q_row = p.is_varlen ? seq.q_row0 + tk : int64_t(b) * p.seqlen_q + tk;
+        p.workspace_f32[a.rows_total * a.dv_pitch * num_splits + split * a.rows_total +
+                        decode_row_id(p, h, q_row)] = lse;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Merged, normalised rows -> out (num_splits 1) or this split's partial output (fp32).
+  const int dv = p.headdim_v;
+  for (int idx = tid; idx < kM * (kD / 4); idx += T::kThreads) {
+    const int rr = idx / (kD / 4), col = (idx % (kD / 4)) * 4;
+    const int r = r0 + rr;
+    if (r >= rows || col >= dv) continue;
+    const float m = srow[2 * rr], inv = srow[2 * rr + 1];
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int w = 0; w < T::kWarpsN; ++w) {
+      const float mw = sml[(w * kM + rr) * 2];
+      const float f = mw == -INFINITY ? 0.f : exp2f(mw - m) * inv;
+      const float* src = so + (w * kM + rr) * kD + col;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] += f * src[e];
+    }
+    const int tk = r / a.group, h = hk * a.group + r % a.group;
+    if (num_splits == 1) {
+      Element* dst = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride +
+                     (seq.q_row0 + tk) * p.o_row_stride + h * p.o_head_stride + col;
+      if (a.vec_ok && col + 4 <= dv) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<Element>(o[0], o[1]),
+                                                    pack2<Element>(o[2], o[3]));
+      } else {
+        for (int e = 0; e < 4 && col + e < dv; ++e) {
+          const uint32_t w = pack2<Element>(o[e], 0.f);
+          reinterpret_cast<uint16_t*>(dst)[e] = static_cast<uint16_t>(w & 0xffffu);
+        }
+      }
+    } else {
+      const int64_t q_row = p.is_varlen ? seq.q_row0 + tk : int64_t(b) * p.seqlen_q + tk;
+      float* dst = p.workspace_f32 +
+                   (split * a.rows_total + decode_row_id(p, h, q_row)) * a.dv_pitch + col;
+      *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+    }
+  }
+}
+
+// Merges the num_splits partial outputs of every row (one warp per row): weights exp(lse_s -
+// max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s). Rows of no sequence (varlen
+// padding) read the zeroed workspace and write zeros there.
+template <typename Element>
+__global__ void __launch_bounds__(128)
+    decode_combine_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a, int num_splits) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);
+  if (row >= a.rows_total) return;
+  const float* lse_part = p.workspace_f32 + a.rows_total * a.dv_pitch * num_splits;
+  float m = -INFINITY;
+  for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, lse_part[s * a.rows_total + row]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float l = 0.f;
+  for (int s = lane; s < num_splits; s += 32) {
+    const float x = lse_part[s * a.rows_total + row];
+    if (x != -INFINITY) l += expf(x - m);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  const int h = static_cast<int>(row / p.total_q);
+  const int64_t q_row = row % p.total_q;
+  const int64_t b = p.is_varlen ? 0 : q_row / p.seqlen_q;
+  const int64_t tk = p.is_varlen ? q_row : q_row % p.seqlen_q;
+  if (lane == 0)
+    p.lse_ptr[b * p.lse_batch_stride + h * p.lse_head_stride + tk] =
+        l > 0.f ? m + logf(l) : -INFINITY;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
+                 h * p.o_head_stride;
+  const int dv = p.headdim_v;
+  for (int col = lane * 4; col < dv; col += 128) {
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int s = 0; s < num_splits; ++s) {
+      const float x = lse_part[s * a.rows_total + row];
+      if (x == -INFINITY) continue;
+      const float w = expf(x - m) * inv;
+      const float4 v = *reinterpret_cast<const float4*>(
+          p.workspace_f32 + (s * a.rows_total + row) * a.dv_pitch + col);
+      o[0] += w * v.x, o[1] += w * v.y, o[2] += w * v.z, o[3] += w * v.w;
+    }
+    if (a.vec_ok && col + 4 <= dv) {
+      *reinterpret_cast<uint2*>(out + col) =
+          make_uint2(pack2<Element>(o[0], o[1]), pack2<Element>(o[2], o[3]));
+    } else {
+      for (int e = 0; e < 4 && col + e < dv; ++e)
+        reinterpret_cast<uint16_t*>(out + col)[e] =
+            static_cast<uint16_t>(pack2<Element>(o[e], 0.f) & 0xffffu);
+    }
+  }
+}
+
+}  // namespace flashattn::sm80

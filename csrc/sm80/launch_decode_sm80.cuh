@@ -1,0 +1,110 @@
+// Host side of the split-KV decode kernel (kernel_decode_sm80.cuh): the plan (row tiles, key
+// splits, variant) and the launches. run_decode_hdim is instantiated once per (head-dim
+// bucket, dtype) in csrc/instantiations/decode_sm80_hdim*_*.cu; decode_sm80.cu dispatches.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "../common/cuda_check.h"
+#include "../common/params.h"
+#include "kernel_decode_sm80.cuh"
+#include "launch_fwd_sm80.cuh"  // fwd_vectorizable
+
+namespace flashattn::sm80 {
+
+struct DecodePlan {
+  int warps_m = 1;      // 16-row warp groups of a tile (1, 2 or 4)
+  int m_tiles = 0;      // row tiles per (batch, KV head)
+  int num_splits = 1;   // key splits (grid.y)
+  bool small_smem = false;
+  int64_t rows_total = 0;  // nheads * total_q
+  int dv_pitch = 0;
+  int64_t workspace_f32 = 0;  // partial outputs + their LSEs (0 when num_splits is 1)
+};
+
+// Rows of a tile: the tokens x query heads of one KV head; tiles of 16, 32 or 64 rows. Splits
+// (num_splits 0): enough CTAs for two per SM, each split at least one 64-key block, at most
+// 128; 1 once the (batch, KV head, row tile) CTAs alone fill the GPU.
+inline DecodePlan decode_plan(const FwdParams& p, int bucket) {
+  DecodePlan pl;
+  const int group = p.nheads / p.nheads_k;
+  const int64_t rows = int64_t(p.seqlen_q) * group;
+  pl.warps_m = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);
+  const bool big = bucket > 128;
+  // The default tiles at d 192 / 256 need more shared memory than sm_86 / sm_89 have.
+  pl.small_smem = big && smem_optin_bytes() < 160 * 1024;
+  if (pl.small_smem) pl.warps_m = 4;
+  const int tile_m = 16 * pl.warps_m;
+  pl.m_tiles = static_cast<int>((rows + tile_m - 1) / tile_m);
+  const int64_t ctas = int64_t(p.batch) * p.nheads_k * pl.m_tiles;
+  if (ctas > 0x7fffffff) throw std::runtime_error("flashattn decode: too many row tiles");
+  const int block_n = pl.small_smem ? 32 : 64;
+  const int64_t blocks = std::max<int64_t>(1, (int64_t(p.seqlen_k) + block_n - 1) / block_n);
+  if (p.num_splits > 0) {
+    pl.num_splits = static_cast<int>(std::min<int64_t>({p.num_splits, blocks, 256}));
+  } else {
+    const int64_t slots = 2LL * current_device_attribute(cudaDevAttrMultiProcessorCount);
+    pl.num_splits = ctas >= slots ? 1
+                                  : static_cast<int>(std::min<int64_t>(
+                                        {(slots + ctas - 1) / ctas, blocks, 128}));
+  }
+  pl.rows_total = int64_t(p.nheads) * p.total_q;
+  pl.dv_pitch = (p.headdim_v + 3) / 4 * 4;
+  if (pl.num_splits > 1) pl.workspace_f32 = pl.num_splits * pl.rows_total * (pl.dv_pitch + 1);
+  return pl;
+}
+
+template <typename T>
+void launch_decode(const FwdParams& p, const DecodePlan& pl, const DecodeArgs& a,
+                   cudaStream_t stream) {
+  auto kernel = decode_kernel_sm80<T>;
+  constexpr int kSmem = T::kSmem;
+  if (kSmem > smem_optin_bytes())
+    throw std::runtime_error("flashattn decode: the kernel needs " + std::to_string(kSmem) +
+                             " bytes of shared memory per block, the device allows " +
+                             std::to_string(smem_optin_bytes()));
+  if constexpr (kSmem > 48 * 1024) {
+    FLASHATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  }
+  const dim3 grid(static_cast<unsigned>(int64_t(p.batch) * p.nheads_k * pl.m_tiles),
+                  static_cast<unsigned>(pl.num_splits));
+  kernel<<<grid, T::kThreads, kSmem, stream>>>(p, a);
+  FLASHATTN_LAUNCH_CHECK();
+}
+
+template <int kHeadDim, typename Element>
+void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
+  const DecodePlan pl = decode_plan(p, kHeadDim);
+  if (pl.num_splits > 1 && (p.workspace_f32 == nullptr || p.workspace_f32_elems < pl.workspace_f32))
+    throw std::runtime_error("flashattn decode: the workspace is smaller than "
+                             "fwd_kvcache_workspace asked for");
+  DecodeArgs a;
+  a.group = p.nheads / p.nheads_k;
+  a.m_tiles = pl.m_tiles;
+  a.rows_total = pl.rows_total;
+  a.dv_pitch = pl.dv_pitch;
+  a.vec_ok = fwd_vectorizable(p);
+  a.score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
+  if constexpr (kHeadDim > 128) {
+    if (pl.small_smem) return launch_decode<DecodeSmallSmem<kHeadDim, Element>>(p, pl, a, stream);
+  }
+  switch (pl.warps_m) {
+    case 1: launch_decode<DecodeTraits<kHeadDim, Element, 1>>(p, pl, a, stream); break;
+    case 2: launch_decode<DecodeTraits<kHeadDim, Element, 2>>(p, pl, a, stream); break;
+    default: launch_decode<DecodeTraits<kHeadDim, Element, 4>>(p, pl, a, stream); break;
+  }
+  if (pl.num_splits > 1) {
+    const int64_t blocks = (pl.rows_total + 3) / 4;
+    if (blocks > 0x7fffffff) throw std::runtime_error("flashattn decode: too many rows");
+    decode_combine_kernel<Element>
+        <<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p, a, pl.num_splits);
+    FLASHATTN_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace flashattn::sm80
