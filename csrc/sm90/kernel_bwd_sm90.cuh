@@ -38,7 +38,8 @@ struct BwdMaps {
 };
 
 // kAblate (timing only, never correct): 1 = warp 1 skips the dQ reduce-adds (the handshakes
-// stay), so a self-test run can price the global dQ traffic.
+// stay), pricing the global dQ traffic; 2 = P^T = min(S^T scale - lse, 1) (no exp2, no mask
+// pass), pricing the softmax side's MUFU work.
 template <int kD_, int kBM_, int kAblate_ = 0>
 struct BwdConfig {
   static constexpr int kD = kD_, kBM = kBM_, kAblate = kAblate_;
@@ -298,7 +299,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int e = 0; e < 4; ++e)
         st[j * 4 + e] = fmaf(st[j * 4 + e], scale_log2, (e & 1) ? -l.y : -l.x);
     }
-    if (masked) {  // -inf, never exp2(+inf): a row with no visible key has lse -inf
+    if (masked && Cfg::kAblate != 2) {  // -inf, never exp2(+inf): no visible key, lse -inf
 #pragma unroll
       for (int j = 0; j < kBM / 8; ++j)
 #pragma unroll
@@ -308,7 +309,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
     }
 #pragma unroll
-    for (int i = 0; i < kBM / 2; ++i) st[i] = exp2_ftz(st[i]);
+    for (int i = 0; i < kBM / 2; ++i)
+      st[i] = Cfg::kAblate != 2 ? exp2_ftz(st[i]) : fminf(st[i], 1.f);
     uint32_t ap[kBM / 16][4], ads[kBM / 16][4];  // P^T, dS^T packed as A operands (K = queries)
     const uint64_t do_desc = gmma_desc_sw128(do_base, Cfg::kQChunk, 1024);
     auto mma_dv = [&] {  // dV += P^T dO

@@ -118,6 +118,8 @@ template <int kD>
 using Sm90Draft = sm90::BwdDraftConfig<kD, 64, 2>;
 template <int kD>
 using Sm90NoDqAdd = sm90::BwdConfig<kD, sm90::BwdConfigFor<kD>::kBM, 1>;
+template <int kD>
+using Sm90NoExp = sm90::BwdConfig<kD, sm90::BwdConfigFor<kD>::kBM, 2>;
 struct Sm90Variant {
   const char* name;
   void (*run)(const BwdParams&);
@@ -127,6 +129,7 @@ static const Sm90Variant kSm90Variants[] = {
     {"sm90      ", run_sm90<sm90::BwdConfigFor>, true},
     {"sm90 draft", run_sm90<Sm90Draft>, true},
     {"sm90 noDQ ", run_sm90<Sm90NoDqAdd>, false},  // no dQ reduce-adds: prices the dQ traffic
+    {"sm90 noEXP", run_sm90<Sm90NoExp>, false},    // P = S, no mask: prices the softmax side
     // The candidate in the per-pair launch order (the same launch unless causal: timed causal).
     {"sm90 perhd", run_sm90<sm90::BwdConfigFor, sm90::BwdOrder::kPerHead>, false},
 };
@@ -466,8 +469,8 @@ int main(int argc, char** argv) {
     std::printf("%d of %d sm90 cases failed\n", fails, ran);
     if (do_bench) {
       std::printf("bench rows: sm90 (candidate), sm90 draft, sm90 noDQ (the candidate without "
-                  "its dQ reduce-adds: timing only), sm90 perhd (causal: the candidate in the "
-                  "per-head launch order), sm80\n");
+                  "its dQ reduce-adds: timing only), sm90 noEXP (no exp2 / mask: timing only), sm90 "
+                  "perhd (causal: the candidate in the per-head launch order), sm80\n");
       for (int d : {64, 128})
         for (int N : {2048, 8192, 16384})
           for (bool causal : {false, true}) {
