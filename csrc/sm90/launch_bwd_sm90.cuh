@@ -46,7 +46,7 @@ inline CUtensorMap dq_accum_map(float* ptr, int kd, int64_t rows, int heads, int
                               cuuint64_t(batch)};
   const cuuint64_t strides[3] = {row, cuuint64_t(kd) * 4, row * cuuint64_t(rows)};
   const cuuint32_t box[4] = {32, 64, 1, 1}, estr[4] = {1, 1, 1, 1};
-  if (strides[2] >= (cuuint64_t(1) << 40))
+  if (batch > 0 && strides[2] >= (cuuint64_t(1) << 40))
     throw std::runtime_error("flashattn sm90 bwd: dQ accumulator batch stride >= 2^40 bytes");
   const CUresult r = tensor_map_encoder()(
       &m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, batch == 0 ? 3 : 4, ptr, dims, strides, box, estr,
@@ -71,7 +71,8 @@ inline int bwd_section_pairs(const BwdParams& p, int kd, BwdOrder order) {
       int64_t(p.seqlen_q) * ((int64_t(p.headdim) + p.headdim_v) * 2 + int64_t(kd) * 4);
   const int64_t l2 = int64_t(current_device_attribute(cudaDevAttrL2CacheSize)) * 4 / 5;
   int sect = 1;
-  while (int64_t(sect) * 2 * per_pair <= l2 && sect * 2 <= p.nheads * p.batch) sect *= 2;
+  while (int64_t(sect) * 2 * per_pair <= l2 && int64_t(sect) * 2 <= int64_t(p.nheads) * p.batch)
+    sect *= 2;
   return sect;
 }
 
