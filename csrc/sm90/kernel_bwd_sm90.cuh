@@ -1,18 +1,21 @@
-// The Hopper backward's main kernel (sm_90a), bf16 / fp16, d = dv = kD (64 or 128): work in
-// progress, checked only by tools/selftest/selftest_bwd_sm90.cu so far (the package's backward
-// runs sm80). It slots between the sm80 backward's preprocessing (D = rowsum(dO * O)) and its
-// conversions (dQ's fp32 accumulator to the output dtype, scaled; dK / dV of GQA), which it
-// reuses with their BwdArgs (sm80/kernel_bwd_aux_sm80.cuh).
+// The Hopper backward's main kernel (sm_90a), bf16 / fp16, d = dv = kD (64 or 128): checked by
+// tools/selftest/selftest_bwd_sm80.cu built with -DSELFTEST_SM90 (the package's backward runs
+// sm80 so far). It slots between the sm80 backward's preprocessing (D = rowsum(dO * O)) and its
+// conversions (dQ's fp32 accumulator to the output dtype, scaled; dK / dV of GQA), reusing
+// their BwdArgs (sm80/kernel_bwd_aux_sm80.cuh).
 //
-// One CTA per kBN keys of a (head, sequence): warpgroup 0 loads K and V once and, through a
-// ring, Q and dO of each visible block of kBM queries (TMA). Consumer warpgroup c owns keys
-// [64 c, 64 c + 64) and, per query block, with its keys as the M side of every MMA:
-//   S^T = K Q^T, dP^T = V dO^T                       (A and B from shared memory)
-//   P^T = exp(S^T * scale - lse), dS^T = P^T (dP^T - D)
-//   dV += P^T dO, dK += dS^T Q                       (A from registers)
-//   dQ = dS K                                         (dS^T through shared memory, A M-major)
-// and adds dQ into the fp32 accumulator with bulk reduce-adds from shared memory. dK, dV
-// stay in registers to the end: written directly (MHA) or added into fp32 accumulators (GQA).
+// One CTA per kBN = 128 keys of a (head, sequence), looping over the visible blocks of kBM
+// queries. Warpgroup 0: warp 0 loads K and V once and, through a kStages ring, each block's Q,
+// dO (TMA), LSE (log2 units) and D; warp 1 adds each block's dQ into the fp32 accumulator (TMA
+// reduce-add from shared memory). Consumer warpgroup c owns keys [64 c, 64 c + 64) and, with
+// its keys as the M side, per query block:
+//   S^T = K Q^T, dP^T = V dO^T          (A, B from shared memory; P^T's exp under dP^T's MMA)
+//   P^T = exp2(S^T scale - lse), dS^T = P^T (dP^T - D)
+//   dV += P^T dO, dK += dS^T Q          (A from registers)
+//   dS^T to shared memory: the two consumers' halves are dS over all 128 keys, from which
+//   consumer c computes its 64 x 64 block of the kBM x kD dQ (SS), handed to warp 1.
+// So a query block's dQ is added once per CTA, and no math warp waits on a global reduction.
+// dK, dV stay in registers to the end. benchmarks/NOTES.md ("sm90 backward") has the reasons.
 #pragma once
 #include <cuda.h>  // CUtensorMap (types only)
 #include <cuda_bf16.h>
@@ -25,68 +28,93 @@
 #include "../common/params.h"
 #include "../common/seqlen.h"
 #include "../sm80/kernel_bwd_aux_sm80.cuh"
-#include "primitives_sm90.cuh"
+#include "primitives_bwd_sm90.cuh"
 
 namespace flashattn::sm90 {
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout;  // 4-D (d, row, head, batch) padded; 3-D (d, row, head) varlen
+  CUtensorMap dq;             // the fp32 dQ accumulator, boxes of 32 columns x 64 rows
 };
 
-template <int kD_, int kBM_, int kStages_>
+// kAblate (timing only, never correct): 1 = warp 1 skips the dQ reduce-adds (the handshakes
+// stay), pricing the global dQ traffic; 2 = P^T = min(S^T scale - lse, 1) (no exp2, no mask
+// pass), pricing the softmax side's MUFU work.
+template <int kD_, int kBM_, int kAblate_ = 0>
 struct BwdConfig {
-  static constexpr int kD = kD_, kBM = kBM_, kStages = kStages_;
-  static constexpr int kBN = 128, kConsumers = 2, kThreads = (kConsumers + 1) * 128;
-  static_assert(kD == 64 || kD == 128, "d 64 or 128 so far");
-  static_assert(kBM == 64, "a dS^T row of kBM queries is one 128-byte swizzle row");
-  // Shared memory (byte offsets, 1024-aligned parts): K, V (kBN x kD), the Q and dO stages
-  // (kBM x kD), a dS^T tile per consumer (64 keys x kBM), a dQ tile per consumer (kBM x kD
-  // fp32, plain row-major: the bulk reduce-add's source rows), then the mbarriers.
-  static constexpr int kKVChunk = kBN * 128, kQChunk = kBM * 128;
-  static constexpr int kKBytes = kBN * kD * 2, kQBytes = kBM * kD * 2;
-  static constexpr int kDSBytes = 64 * kBM * 2, kDQBytes = kBM * kD * 4;
+  static constexpr int kD = kD_, kBM = kBM_, kAblate = kAblate_;
+  static constexpr bool kDraft = false;
+  static constexpr int kBN = 128, kStages = 2, kConsumers = 2, kThreads = (kConsumers + 1) * 128;
+  // FA3's Hopper tiles: d128 64 x 128 (S^T / dP^T m64n64 per consumer, dQ split by columns),
+  // d64 128 x 128 (m64n128, dQ split by query rows): each consumer's dQ block is 64 x 64.
+  static_assert((kD == 128 && kBM == 64) || (kD == 64 && kBM == 128),
+                "d128 with 64-query blocks or d64 with 128-query blocks");
+  static constexpr bool kDqByRows = kBM == 128;
+  // dV's MMA issued before dP^T's wait, so the exps (which ptxas otherwise sinks past that
+  // wait) run under dP^T's MMA and dV's under the dS^T math; at kBM = 128 the fp32 P^T, dP^T
+  // and packed P^T together spill (48 bytes), so there dV follows dS^T.
+  static constexpr bool kDvEarly = kBM == 64;
+  static_assert(kConsumers == 2, "two dQ blocks per query block, one per consumer");
+  // Shared memory (byte offsets; all but the stats 1024-aligned): K, V (kBN x kD), the Q and
+  // dO stages (kBM x kD), all in 64-column chunks of 128-byte swizzled rows; two dS^T buffers
+  // (kBN keys x kBM queries, 64-query chunks); a dQ block per consumer (64 x 64 fp32 as two
+  // 32-column chunks of 128-byte swizzled rows, the TMA reduce's box); per stage lse2, D.
+  static constexpr int kKVChunk = kBN * 128, kQChunk = kBM * 128, kDSChunk = kBN * 128;
+  static constexpr int kDQChunk = 64 * 128;
+  static constexpr int kKBytes = kBN * kD * 2, kQBytes = kBM * kD * 2, kDSBytes = kBN * kBM * 2;
+  static constexpr int kDQBytes = 2 * kDQChunk, kStatBytes = 2 * kBM * 4;
   static constexpr int kSmemK = 0, kSmemV = kKBytes, kSmemQ = 2 * kKBytes;
   static constexpr int kSmemDO = kSmemQ + kStages * kQBytes;
   static constexpr int kSmemDS = kSmemDO + kStages * kQBytes;
-  static constexpr int kSmemDQ = kSmemDS + kConsumers * kDSBytes;
-  static constexpr int kSmemBar = kSmemDQ + kConsumers * kDQBytes;
+  static constexpr int kSmemDQ = kSmemDS + 2 * kDSBytes;
+  static constexpr int kSmemStat = kSmemDQ + kConsumers * kDQBytes;
+  static constexpr int kSmemBar = kSmemStat + kStages * kStatBytes;
   static constexpr int kSmem = kSmemBar + 128 + 1024;
   static_assert((1 + 2 * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
   static_assert(kSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
+  // Named barriers (0 is __syncthreads): both consumers' dS^T written; per consumer, its dQ
+  // block written (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
+  static constexpr int kBarDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
+  static constexpr int kDQBarThreads = 128 + 32;
 };
 
-// cp.reduce.async.bulk: `bytes` (a multiple of 16) of fp32 in shared memory added into global
-// memory, in this thread's bulk group.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* src, int bytes) {
-  asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
-      "r"(smem_u32(src)), "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-// Waits until this thread's bulk groups have read their shared-memory sources.
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+// The package's tile per head dim (kD is the accumulators' row length).
+template <int kD>
+using BwdConfigFor = BwdConfig<kD, kD == 64 ? 128 : 64>;
+
+// The grid is (key blocks, heads, batch). sect > 0 (causal): the launch order goes through
+// sections of `sect` (head, sequence) pairs, each section's key blocks in index order (the
+// heaviest first) across its pairs, so the long blocks do not end the kernel alone while a
+// section's Q, dO and dQ stay in L2 (FA3's LPT order). 0: one pair's key blocks after another.
+__device__ __forceinline__ void bwd_block_coord(int sect, int& n_block, int& h, int& b) {
+  n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  if (sect <= 0) return;
+  const int nb = gridDim.x, pairs = gridDim.y * gridDim.z;
+  const int64_t lin = blockIdx.x + int64_t(nb) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  const int64_t span = int64_t(sect) * nb;
+  const int s = static_cast<int>(lin / span), w = static_cast<int>(lin % span);
+  const int here = min(sect, pairs - s * sect);  // the last section may be short
+  const int pair = s * sect + w % here;
+  n_block = w / here;
+  h = pair % int(gridDim.y);
+  b = pair / int(gridDim.y);
 }
 
 template <class Cfg, typename Element>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
-                    const __grid_constant__ BwdMaps maps) {
+                    const __grid_constant__ BwdMaps maps, int sect) {
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN, kStages = Cfg::kStages;
   const BwdParams& p = args.p;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Offsets from the __shared__ array itself keep the shared address space (STS, not ST.E).
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  const uint32_t smem0 = smem_u32(smem);
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBar);
   uint64_t* q_full = kv_full + 1;
   uint64_t* q_empty = q_full + kStages;
-  const int n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  int n_block, h, b;
+  bwd_block_coord(sect, n_block, h, b);
   const int hk = h / args.group;
   const SeqInfo si = sm80::bwd_detail::seq_info_clamped(p, b);
   const int n0 = n_block * kBN;
@@ -96,11 +124,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int n_last = min(n0 + kBN, si.seqlen_k) - 1;
   const int q_lo = mi.query_begin(n0), q_hi = mi.query_end(n_last);
   const int m_lo = q_lo / kBM, n_iters = q_hi > q_lo ? (q_hi + kBM - 1) / kBM - m_lo : 0;
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(q_full + s, 1);
+      mbar_init(q_full + s, 1 + 32);  // warp 0: lane 0's expect-tx, then every lane's stats
       mbar_init(q_empty + s, Cfg::kConsumers * 128);
     }
     mbar_init_fence();
@@ -108,38 +137,102 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();
 
   const int tb = p.is_varlen ? 0 : b;  // TMA rows: q_row0 / k_row0 + r
-  if (wg == 0) {  // producer: one thread issues every copy
+  if (wg == 0) {
     setmaxnreg_dec<24>();
-    if (t != 0 || n_iters == 0) return;
-    auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int64_t row,
-                    int head) {
-      if (p.is_varlen) tma_load_3d(dst, map, bar, col, static_cast<int>(row), head);
-      else tma_load_4d(dst, map, bar, col, static_cast<int>(row), head, tb);
-    };
-    mbar_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
+    if (n_iters == 0 || warp > 1) return;
+    if (warp == 0) {  // loads: lane 0 issues the copies, all 32 lanes the stats
+      auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int64_t row,
+                      int head) {
+        if (p.is_varlen) tma_load_3d(dst, map, bar, col, int(row), head);
+        else tma_load_4d(dst, map, bar, col, int(row), head, tb);
+      };
+      if (lane == 0) {
+        mbar_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
 #pragma unroll
-    for (int c = 0; c < kD / 64; ++c) {
-      load(smem + Cfg::kSmemK + c * Cfg::kKVChunk, &maps.k, kv_full, c * 64, si.k_row0 + n0, hk);
-      load(smem + Cfg::kSmemV + c * Cfg::kKVChunk, &maps.v, kv_full, c * 64, si.k_row0 + n0, hk);
-    }
-    for (int it = 0; it < n_iters; ++it) {
-      const int stage = it % kStages, use = it / kStages;
-      const int64_t row = si.q_row0 + int64_t(m_lo + it) * kBM;
-      if (use > 0) mbar_wait(q_empty + stage, (use - 1) & 1);
-      mbar_arrive_expect_tx(q_full + stage, 2 * Cfg::kQBytes);
-#pragma unroll
-      for (int c = 0; c < kD / 64; ++c) {
-        load(smem + Cfg::kSmemQ + stage * Cfg::kQBytes + c * Cfg::kQChunk, &maps.q,
-             q_full + stage, c * 64, row, h);
-        load(smem + Cfg::kSmemDO + stage * Cfg::kQBytes + c * Cfg::kQChunk, &maps.dout,
-             q_full + stage, c * 64, row, h);
+        for (int c = 0; c < kD / 64; ++c) {
+          load(smem + Cfg::kSmemK + c * Cfg::kKVChunk, &maps.k, kv_full, c * 64, si.k_row0 + n0,
+               hk);
+          load(smem + Cfg::kSmemV + c * Cfg::kKVChunk, &maps.v, kv_full, c * 64, si.k_row0 + n0,
+               hk);
+        }
       }
+      const float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
+      const float* dsum =
+          p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
+      for (int it = 0; it < n_iters; ++it) {
+        const int stage = it % kStages, use = it / kStages, m0 = (m_lo + it) * kBM;
+        // The block's stats, loaded before the wait so the latency hides under it. Rows past
+        // the sequence: lse +inf (P = 0 without a mask), D 0.
+        float l2[kBM / 32], dd[kBM / 32];
+#pragma unroll
+        for (int r = 0; r < kBM / 32; ++r) {
+          const int i = m0 + r * 32 + lane;
+          l2[r] = INFINITY;
+          dd[r] = 0.f;
+          if (i < si.seqlen_q) {
+            l2[r] = lse[i] * 1.4426950408889634f;
+            dd[r] = dsum[i];
+          }
+        }
+        if (use > 0) mbar_wait(q_empty + stage, (use - 1) & 1);
+        if (lane == 0) {
+          const int64_t row = si.q_row0 + m0;
+          mbar_arrive_expect_tx(q_full + stage, 2 * Cfg::kQBytes);
+#pragma unroll
+          for (int c = 0; c < kD / 64; ++c) {
+            load(smem + Cfg::kSmemQ + stage * Cfg::kQBytes + c * Cfg::kQChunk, &maps.q,
+                 q_full + stage, c * 64, row, h);
+            load(smem + Cfg::kSmemDO + stage * Cfg::kQBytes + c * Cfg::kQChunk, &maps.dout,
+                 q_full + stage, c * 64, row, h);
+          }
+        }
+        const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;
+#pragma unroll
+        for (int r = 0; r < kBM / 32; ++r) {
+          sts_f32(stat + (r * 32 + lane) * 4, l2[r]);
+          sts_f32(stat + (kBM + r * 32 + lane) * 4, dd[r]);
+        }
+        mbar_arrive(q_full + stage);  // release: the stats stores above come with it
+      }
+    } else {  // warp 1: each consumer's dQ block of each query block into the accumulator
+      for (int it = 0; it < n_iters; ++it) {
+        const int m0 = (m_lo + it) * kBM;
+#pragma unroll
+        for (int c = 0; c < Cfg::kConsumers; ++c) {
+          __syncwarp();  // bar.sync is warp-aligned: lane 0 was alone just before
+          named_bar_sync(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
+          if (lane == 0) {
+            const uint32_t src = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
+            const int col = Cfg::kDqByRows ? 0 : 64 * c;
+            const int row = int(si.q_row0) + m0 + (Cfg::kDqByRows ? 64 * c : 0);
+            if constexpr (Cfg::kAblate != 1) {
+#pragma unroll
+              for (int k = 0; k < 2; ++k) {
+                if (p.is_varlen)
+                  tma_reduce_add_3d(&maps.dq, src + k * Cfg::kDQChunk, col + 32 * k, row, h);
+                else
+                  tma_reduce_add_4d(&maps.dq, src + k * Cfg::kDQChunk, col + 32 * k, row, h, tb);
+              }
+            }
+            bulk_commit();
+          }
+        }
+        if (it + 1 < n_iters) {  // the consumers wait for these only before their next block
+          if (lane == 0) bulk_wait_read<1>();
+          __syncwarp();
+          named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
+          if (lane == 0) bulk_wait_read<0>();
+          __syncwarp();
+          named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
+        }
+      }
+      if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
     }
     return;
   }
 
   setmaxnreg_inc<240>();
-  const int c = wg - 1, warp = t / 32, lane = t % 32;
+  const int c = wg - 1;
   // This thread's keys (the accumulators' rows): kr[0], kr[1] = kr[0] + 8, and the queries
   // that see each, [qb, qe) (empty for keys past the sequence).
   int kr[2], qb[2], qe[2];
@@ -150,142 +243,157 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     qb[r] = in ? mi.query_begin(kr[r]) : 0;
     qe[r] = in ? mi.query_end(kr[r]) : 0;
   }
+  // A query block needs the element mask unless all its queries see all 128 keys (then the
+  // block's keys are inside the sequence; its rows past the sequence get P = 0 from lse).
+  const bool keys_in = n0 + kBN <= si.seqlen_k;
+  const int full_lo = keys_in ? mi.query_begin(n0 + kBN - 1) : 0;
+  const int full_hi = keys_in ? mi.query_end(n0) : 0;
   const float scale_log2 = p.softmax_scale_log2;
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
-  const uint32_t k_base = smem_u32(smem + Cfg::kSmemK) + c * 64 * 128;  // this WG's 64 keys
-  const uint32_t v_base = smem_u32(smem + Cfg::kSmemV) + c * 64 * 128;
-  uint8_t* ds_tile = smem + Cfg::kSmemDS + c * Cfg::kDSBytes;
-  float* dq_tile = reinterpret_cast<float*>(smem + Cfg::kSmemDQ + c * Cfg::kDQBytes);
-  const float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
-  const float* dsum = p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
-  float* dq_accum = args.dq_accum +
-                    (sm80::bwd_detail::q_row_global(p, b, si) * p.nheads + h) * int64_t(kD);
+  const uint32_t k_smem = smem0 + Cfg::kSmemK;
+  const uint32_t k_keys = k_smem + c * 64 * 128;  // this warpgroup's 64 keys (K, V rows)
+  const uint32_t v_keys = smem0 + Cfg::kSmemV + c * 64 * 128;
+  const uint32_t dq_smem = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
+  // dQ block c: A = dS (64 queries of the chunk x 128 keys, M-major), B = K (128 keys x 64
+  // columns of the chunk, N-major).
+  const uint32_t ds_chunk = (Cfg::kDqByRows ? c : 0) * Cfg::kDSChunk;
+  const uint64_t dq_b_desc =
+      gmma_desc_sw128(k_smem + (Cfg::kDqByRows ? 0 : c) * Cfg::kKVChunk, Cfg::kKVChunk, 1024);
+  const uint64_t k_desc = gmma_desc_sw128(k_keys, 16, 1024);
+  const uint64_t v_desc = gmma_desc_sw128(v_keys, 16, 1024);
 
   if (n_iters > 0) mbar_wait(kv_full, 0);
   for (int it = 0; it < n_iters; ++it) {
     const int stage = it % kStages, m0 = (m_lo + it) * kBM;
-    const uint32_t q_base = smem_u32(smem + Cfg::kSmemQ + stage * Cfg::kQBytes);
-    const uint32_t do_base = smem_u32(smem + Cfg::kSmemDO + stage * Cfg::kQBytes);
+    const uint32_t q_base = smem0 + Cfg::kSmemQ + stage * Cfg::kQBytes;
+    const uint32_t do_base = smem0 + Cfg::kSmemDO + stage * Cfg::kQBytes;
+    const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;
+    const uint32_t ds_base = smem0 + Cfg::kSmemDS + (it & 1) * Cfg::kDSBytes;
+    const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
     mbar_wait(q_full + stage, (it / kStages) & 1);
     float st[kBM / 2], dpt[kBM / 2];
     // acc = A B^T over kD, both K-major: A this warpgroup's 64 keys, B the kBM queries.
-    auto mma_keys_queries = [&](float (&acc)[kBM / 2], uint32_t a_base, uint32_t b_base) {
+    auto mma_keys_queries = [&](float (&acc)[kBM / 2], uint64_t a_desc, uint32_t b_base) {
+      const uint64_t b_desc = gmma_desc_sw128(b_base, 16, 1024);
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
         const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
-        wgmma_ss<false, Element>(
-            acc, gmma_desc_sw128(a_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024),
-            gmma_desc_sw128(b_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024), kk > 0);
+        wgmma_ss<false, Element>(acc, desc_add(a_desc, (kk / 4) * Cfg::kKVChunk + in_row),
+                                 desc_add(b_desc, (kk / 4) * Cfg::kQChunk + in_row), kk > 0);
       }
     };
     wgmma_fence();
-    mma_keys_queries(st, k_base, q_base);    // S^T = K Q^T
-    mma_keys_queries(dpt, v_base, do_base);  // dP^T = V dO^T
+    mma_keys_queries(st, k_desc, q_base);  // S^T = K Q^T
     wgmma_commit();
-    // lse (in log2 units) and D of this thread's query columns, while the MMAs run. Columns
-    // past the sequence: lse +inf (P = 0; they are masked too).
-    float lse2[kBM / 4], dd[kBM / 4];
-#pragma unroll
-    for (int j = 0; j < kBM / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int i = m0 + j * 8 + (lane % 4) * 2 + e;
-        const bool in = i < si.seqlen_q;
-        lse2[j * 2 + e] = in ? lse[i] * 1.4426950408889634f : INFINITY;
-        dd[j * 2 + e] = in ? dsum[i] : 0.f;
-      }
-    wgmma_wait<0>();
+    mma_keys_queries(dpt, v_desc, do_base);  // dP^T = V dO^T
+    wgmma_commit();
+    wgmma_wait<1>();
     wgmma_fence_operands(st);
-    wgmma_fence_operands(dpt);
-    // P^T and dS^T, packed as the A operands of dV += P^T dO and dK += dS^T Q (K = queries).
-    uint32_t ap[kBM / 16][4], ads[kBM / 16][4];
+    // P^T = exp2(S^T * scale - lse2), this thread's query columns j * 8 + (lane % 4) * 2 + e.
 #pragma unroll
-    for (int j = 0; j < kBM / 8; ++j)
+    for (int j = 0; j < kBM / 8; ++j) {
+      const float2 l = lds_f32x2(stat + (j * 8 + (lane % 4) * 2) * 4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, ci = j * 2 + (e & 1);
-        const int i = m0 + j * 8 + (lane % 4) * 2 + (e & 1);
-        const bool vis = i >= qb[r] && i < qe[r];
-        // A row with no visible key has lse -inf; it is masked here, never exp2(+inf).
-        const float pt = vis ? exp2_ftz(fmaf(st[j * 4 + e], scale_log2, -lse2[ci])) : 0.f;
-        st[j * 4 + e] = pt;
-        dpt[j * 4 + e] = pt * (dpt[j * 4 + e] - dd[ci]);
-      }
-#pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk) {
-      const float* p0 = st + 8 * kk;
-      const float* d0 = dpt + 8 * kk;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        ap[kk][q] = pack_x2<Element>(p0[2 * q], p0[2 * q + 1]);
-        ads[kk][q] = pack_x2<Element>(d0[2 * q], d0[2 * q + 1]);
-      }
+      for (int e = 0; e < 4; ++e)
+        st[j * 4 + e] = fmaf(st[j * 4 + e], scale_log2, (e & 1) ? -l.y : -l.x);
     }
-    wgmma_fence();
+    if (masked && Cfg::kAblate != 2) {  // -inf, never exp2(+inf): no visible key, lse -inf
 #pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk)  // 16 queries = 16 rows of 128 bytes
-      wgmma_rs<true, Element>(
-          dv, ap[kk], gmma_desc_sw128(do_base + kk * 16 * 128, Cfg::kQChunk, 1024), 1);
+      for (int j = 0; j < kBM / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, i = m0 + j * 8 + (lane % 4) * 2 + (e & 1);
+          if (!(i >= qb[r] && i < qe[r])) st[j * 4 + e] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kBM / 2; ++i)
+      st[i] = Cfg::kAblate != 2 ? exp2_ftz(st[i]) : fminf(st[i], 1.f);
+    uint32_t ap[kBM / 16][4], ads[kBM / 16][4];  // P^T, dS^T packed as A operands (K = queries)
+    const uint64_t do_desc = gmma_desc_sw128(do_base, Cfg::kQChunk, 1024);
+    auto mma_dv = [&] {  // dV += P^T dO
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          ap[kk][q] = pack_x2<Element>(st[8 * kk + 2 * q], st[8 * kk + 2 * q + 1]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)  // 16 queries = 16 rows of 128 bytes
+        wgmma_rs<true, Element>(dv, ap[kk], desc_add(do_desc, kk * 16 * 128), 1);
+      wgmma_commit();
+    };
+    if constexpr (Cfg::kDvEarly) {
+      mma_dv();
+      wgmma_wait<1>();  // dP^T done; dV may still run
+    } else {
+      wgmma_wait<0>();
+    }
+    wgmma_fence_operands(dpt);
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j) {
+      const float2 d = lds_f32x2(stat + (kBM + j * 8 + (lane % 4) * 2) * 4);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        dpt[j * 4 + e] = st[j * 4 + e] * (dpt[j * 4 + e] - ((e & 1) ? d.y : d.x));
+    }
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk)
-      wgmma_rs<true, Element>(
-          dk, ads[kk], gmma_desc_sw128(q_base + kk * 16 * 128, Cfg::kQChunk, 1024), 1);
-    wgmma_commit();
-    // dS^T into shared memory: row = key (64), 128 bytes of queries, 128-byte swizzle (16-byte
-    // chunk index XOR row % 8), the layout the MMA reads as an M-major A (dS, queries x keys).
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        ads[kk][q] = pack_x2<Element>(dpt[8 * kk + 2 * q], dpt[8 * kk + 2 * q + 1]);
+    if constexpr (!Cfg::kDvEarly) mma_dv();
+    // dS^T into shared memory: row = key (of 128), 64-query chunks of 128-byte rows swizzled
+    // (16-byte unit XOR row % 8, row % 8 = lane / 4): the M-major A of dQ = dS K.
 #pragma unroll
     for (int j = 0; j < kBM / 8; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = warp * 16 + lane / 4 + 8 * r, col = j * 8 + (lane % 4) * 2;
-        const int off = row * 128 + (((col / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
-        *reinterpret_cast<uint32_t*>(ds_tile + off) =
-            pack_x2<Element>(dpt[j * 4 + 2 * r], dpt[j * 4 + 2 * r + 1]);
+        const int row = c * 64 + warp * 16 + lane / 4 + 8 * r;
+        const uint32_t off = (j / 8) * Cfg::kDSChunk + row * 128 +
+                             (((j % 8) ^ (lane / 4)) * 16) + (lane % 4) * 4;
+        sts_u32(ds_base + off, ads[j / 2][(j % 2) * 2 + r]);  // = dS^T (row, j * 8 + ...)
       }
     fence_async_shared();
-    named_bar_sync(3 + c, 128);  // this warpgroup's dS^T is in shared memory
-    // dQ = dS K in 64-column halves of kD (32 accumulators at a time beside dK and dV),
-    // each into this warpgroup's shared tile once the last bulk reduce has read it.
-    if (t == 0) bulk_wait_read();
+    // Both consumers' dS^T are written. Also orders the buffer's reuse two blocks on: each
+    // consumer's dQ MMAs of block it - 2 completed before it reached this barrier at it - 1.
+    named_bar_sync(Cfg::kBarDS, Cfg::kConsumers * 128);
+    float dq[32];
+    wgmma_fence();  // ads was written since the last fence
+    const uint64_t dq_a_desc = gmma_desc_sw128(ds_base + ds_chunk, Cfg::kDSChunk, 1024);
 #pragma unroll
-    for (int half = 0; half < kD / 64; ++half) {
-      float dq[32];
-      wgmma_fence();
+    for (int kk = 0; kk < kBN / 16; ++kk)  // K = the 128 keys, 16 rows of 128 bytes a step
+      wgmma_ss<true, Element, true>(dq, desc_add(dq_a_desc, kk * 16 * 128),
+                                    desc_add(dq_b_desc, kk * 16 * 128), kk > 0);
+    wgmma_commit();
+    const uint64_t q_desc = gmma_desc_sw128(q_base, Cfg::kQChunk, 1024);
 #pragma unroll
-      for (int kk = 0; kk < 64 / 16; ++kk)  // K = this warpgroup's 64 keys, 16 at a time
-        wgmma_ss<true, Element, true>(
-            dq, gmma_desc_sw128(smem_u32(ds_tile) + kk * 16 * 128, 64 * 128, 1024),
-            gmma_desc_sw128(k_base + half * Cfg::kKVChunk + kk * 16 * 128, Cfg::kKVChunk, 1024),
-            kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(dq);
-      if (half == 0) named_bar_sync(3 + c, 128);  // the last bulk reduce has read the tile
+    for (int kk = 0; kk < kBM / 16; ++kk)
+      wgmma_rs<true, Element>(dk, ads[kk], desc_add(q_desc, kk * 16 * 128), 1);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dQ done; dK may still run
+    wgmma_fence_operands(dq);
+    if (it > 0) named_bar_sync(Cfg::kBarDQEmpty + c, Cfg::kDQBarThreads);  // last block read
+    // dQ block into shared memory: 32-column chunks, 128-byte rows, 16-byte unit XOR row % 8.
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = warp * 16 + lane / 4 + 8 * r, col = half * 64 + j * 8 + (lane % 4) * 2;
-          *reinterpret_cast<float2*>(dq_tile + row * kD + col) =
-              make_float2(dq[j * 4 + 2 * r], dq[j * 4 + 2 * r + 1]);
-        }
-    }
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp * 16 + lane / 4 + 8 * r;
+        const int unit = (j % 4) * 2 + (lane % 4) / 2;
+        const uint32_t off = (j / 4) * Cfg::kDQChunk + row * 128 + ((unit ^ (lane / 4)) * 16) +
+                             (lane % 2) * 8;
+        sts_f32x2(dq_smem + off, dq[j * 4 + 2 * r], dq[j * 4 + 2 * r + 1]);
+      }
+    fence_async_shared();
+    named_bar_arrive(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
+    wgmma_wait<0>();
     wgmma_fence_operands(dk);
     wgmma_fence_operands(dv);
-    mbar_arrive(q_empty + stage);  // Q and dO of this stage are read (every MMA is done)
-    fence_async_shared();
-    named_bar_sync(3 + c, 128);
-    if (t == 0) {
-      const int rows = min(kBM, si.seqlen_q - m0);
-      for (int row = 0; row < rows; ++row)
-        bulk_reduce_add_f32(dq_accum + int64_t(m0 + row) * p.nheads * kD, dq_tile + row * kD,
-                            kD * 4);
-      bulk_commit();
-    }
+    mbar_arrive(q_empty + stage);  // Q, dO and the stats of this stage are read
   }
-  if (t == 0) bulk_wait();  // the reduce-adds complete before the CTA ends
 
   // dK (scaled) and dV: written in Element (MHA) or added into the fp32 accumulators (GQA).
 #pragma unroll

@@ -1,7 +1,8 @@
-// Host side of the Hopper backward's main kernel (kernel_bwd_sm90.cuh), work in progress:
-// what it takes, its tensor maps, the launch. The preprocessing and conversions around it are
-// the sm80 backward's (sm80/kernel_bwd_aux_sm80.cuh); tools/selftest/selftest_bwd_sm90.cu
-// runs the three in order. Not yet called by the package.
+// Host side of the Hopper backward's main kernel (kernel_bwd_sm90.cuh; the draft it replaces,
+// kernel_bwd_draft_sm90.cuh, until one GPU run has timed both), work in progress: what it
+// takes, its tensor maps, the launch. The preprocessing and conversions around it are the sm80
+// backward's (sm80/kernel_bwd_aux_sm80.cuh); tools/selftest/selftest_bwd_sm80.cu (built with
+// -DSELFTEST_SM90) runs the three in order. Not yet called by the package.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,6 +11,7 @@
 
 #include "../common/cuda_check.h"
 #include "../common/tile_policy.h"
+#include "kernel_bwd_draft_sm90.cuh"
 #include "kernel_bwd_sm90.cuh"
 #include "launch_fwd_sm90.cuh"  // tensor_map, fwd_unsupported's TMA rules
 
@@ -34,10 +36,51 @@ inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   return nullptr;
 }
 
+// The fp32 dQ accumulator [rows][heads][kd] as boxes of 32 columns x 64 rows of one head,
+// 128-byte swizzled (the kernel's shared dQ chunks); padded (batch > 0): 4-D (kd, seqlen, heads,
+// batch) with row b * seqlen + i, varlen: 3-D over the packed rows. Adds past the extents drop.
+inline CUtensorMap dq_accum_map(float* ptr, int kd, int64_t rows, int heads, int batch) {
+  CUtensorMap m;
+  const cuuint64_t row = cuuint64_t(heads) * kd * 4;
+  const cuuint64_t dims[4] = {cuuint64_t(kd), cuuint64_t(rows), cuuint64_t(heads),
+                              cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {row, cuuint64_t(kd) * 4, row * cuuint64_t(rows)};
+  const cuuint32_t box[4] = {32, 64, 1, 1}, estr[4] = {1, 1, 1, 1};
+  if (batch > 0 && strides[2] >= (cuuint64_t(1) << 40))
+    throw std::runtime_error("flashattn sm90 bwd: dQ accumulator batch stride >= 2^40 bytes");
+  const CUresult r = tensor_map_encoder()(
+      &m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, batch == 0 ? 3 : 4, ptr, dims, strides, box, estr,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("flashattn sm90 bwd: cuTensorMapEncodeTiled (dQ) failed (" +
+                             std::to_string(int(r)) + ")");
+  return m;
+}
+
+// Launch order of the key blocks (bwd_block_coord): kAuto takes L2 sections of (head,
+// sequence) pairs, heaviest blocks first, when the blocks are unequal (causal); kPerHead always
+// one pair after another (the self-test times both).
+enum class BwdOrder { kAuto, kPerHead };
+
+// Pairs per section: as many as keep their Q, dO and dQ accumulator in 80% of L2 (a power of
+// two, as FA3 found faster), at least 1; 0 for the per-pair order.
+inline int bwd_section_pairs(const BwdParams& p, int kd, BwdOrder order) {
+  if (order == BwdOrder::kPerHead || !heavy_first_ok(p.window_left, p.window_right, 0)) return 0;
+  const int64_t per_pair =
+      int64_t(p.seqlen_q) * ((int64_t(p.headdim) + p.headdim_v) * 2 + int64_t(kd) * 4);
+  const int64_t l2 = int64_t(current_device_attribute(cudaDevAttrL2CacheSize)) * 4 / 5;
+  int sect = 1;
+  while (int64_t(sect) * 2 * per_pair <= l2 && int64_t(sect) * 2 <= int64_t(p.nheads) * p.batch)
+    sect *= 2;
+  return sect;
+}
+
 // The main kernel on args prepared as the sm80 backward prepares them (dq_accum zeroed; for
 // GQA dk_accum / dv_accum zeroed, else nullptr and dK / dV written directly).
 template <class Cfg, typename Element>
-void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream) {
+void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
+                          BwdOrder order = BwdOrder::kAuto) {
   const BwdParams& p = args.p;
   if (const char* why = bwd_unsupported(p, Cfg::kD))
     throw std::runtime_error(std::string("flashattn sm90 bwd: unsupported call: ") + why);
@@ -45,6 +88,8 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream) {
   const int64_t rows_k = p.is_varlen ? p.total_k : p.seqlen_k;
   if (p.seqlen_q <= 0 || p.seqlen_k <= 0 || rows_q <= 0 || rows_k <= 0) return;
   const int batch = p.is_varlen ? 0 : p.batch;
+  if (!aligned_to(args.dq_accum, 16))
+    throw std::runtime_error("flashattn sm90 bwd: dQ accumulator not 16-byte aligned (TMA)");
   const BwdMaps maps{
       tensor_map<Element>(p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
                           p.q_head_stride, p.q_batch_stride, Cfg::kBM),
@@ -53,13 +98,24 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream) {
       tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch, p.v_row_stride,
                           p.v_head_stride, p.v_batch_stride, Cfg::kBN),
       tensor_map<Element>(p.do_ptr, p.headdim_v, rows_q, p.nheads, batch, p.do_row_stride,
-                          p.do_head_stride, p.do_batch_stride, Cfg::kBM)};
-  auto kernel = bwd_kernel_sm90<Cfg, Element>;
-  FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+                          p.do_head_stride, p.do_batch_stride, Cfg::kBM),
+      dq_accum_map(args.dq_accum, Cfg::kD, rows_q, p.nheads, batch)};
   const dim3 grid(static_cast<unsigned>((p.seqlen_k + Cfg::kBN - 1) / Cfg::kBN), p.nheads,
                   p.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(args, maps);
+  if constexpr (Cfg::kDraft) {
+    auto kernel = bwd_draft_kernel_sm90<Cfg, Element>;
+    FLASHATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(args, maps);
+  } else {
+    auto kernel = bwd_kernel_sm90<Cfg, Element>;
+    FLASHATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+    if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
+      throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(args, maps,
+                                                        bwd_section_pairs(p, Cfg::kD, order));
+  }
   FLASHATTN_LAUNCH_CHECK();
 }
 

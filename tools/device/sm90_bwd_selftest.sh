@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One H200 call for the Hopper backward under development (csrc/sm90/kernel_bwd_sm90.cuh):
 # the sm80 backward's self-test built with -DSELFTEST_SM90, its --sm90 mode (the sm90 main
-# kernel between the sm80 preprocessing and conversions, against float64 on the cases it
-# takes), then timed beside the sm80 backward (SM90_BWD_ARGS="" skips the timing); then
-# compute-sanitizer memcheck and racecheck on the checks alone. BWD_STAGE=build builds only,
+# kernels between the sm80 preprocessing and conversions, against float64 on the cases they
+# take: the candidate and the draft), then each timed beside the sm80 backward
+# (SM90_BWD_ARGS="" skips the timing); then compute-sanitizer memcheck and racecheck on the
+# candidate's checks of the smaller cases (--small). BWD_STAGE=build builds only,
 # BWD_STAGE=run runs an earlier build (so the build can go under another job).
 set -uo pipefail
 BWD_STAGE="${BWD_STAGE:-all}"
@@ -25,7 +26,7 @@ fi
 /tmp/stb/selftest_bwd90 --sm90 ${SM90_BWD_ARGS---bench} > "$OUT/bwd90.log" 2>&1
 echo "== selftest rc=$?"; grep -E "FAIL|failed|bench" "$OUT/bwd90.log" | head -60
 for tool in memcheck racecheck; do
-  compute-sanitizer --tool $tool --error-exitcode 17 /tmp/stb/selftest_bwd90 --sm90 \
+  compute-sanitizer --tool $tool --error-exitcode 17 /tmp/stb/selftest_bwd90 --sm90 --small \
     > "$OUT/bwd90_$tool.log" 2>&1
   echo "== $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/bwd90_$tool.log" | tail -n 1)"
 done

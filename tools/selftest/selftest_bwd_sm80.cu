@@ -8,8 +8,9 @@
 //   nvcc $A -c tools/selftest/selftest_bwd_sm80.cu -o st.o; wait
 //   nvcc $A st.o h*.o -o selftest_bwd && ./selftest_bwd [--bench [d256]]
 // With -DSELFTEST_SM90 (and sm_90a for this file): --sm90 runs the Hopper backward's main
-// kernel (csrc/sm90/kernel_bwd_sm90.cuh) between the sm80 preprocessing and conversions on
-// the cases it takes, then times it beside the sm80 backward.
+// kernels (csrc/sm90/kernel_bwd_sm90.cuh, and the draft it replaces) between the sm80
+// preprocessing and conversions on the cases they take; --sm90 --bench then times each beside
+// the sm80 backward (tools/device/sm90_bwd_selftest.sh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -96,19 +97,55 @@ static void run_tile(const BwdParams& p) {
 }
 
 #ifdef SELFTEST_SM90
-// The sm90 main kernel for buckets 64 and 128 (its kD is the accumulators' row length).
-template <int kD>
+// The sm90 main kernels for buckets 64 and 128 (kD is the accumulators' row length), each run
+// between the sm80 preprocessing and conversions: the candidate (kernel_bwd_sm90.cuh), the
+// draft it replaces, and timing-only ablations of the candidate.
+template <class Cfg, sm90::BwdOrder kOrder>
 static void sm90_main(const sm80::BwdArgs& args, cudaStream_t s) {
-  sm90::launch_bwd_main_sm90<sm90::BwdConfig<kD, 64, 2>, bf16>(args, s);
+  sm90::launch_bwd_main_sm90<Cfg, bf16>(args, s, kOrder);
 }
+template <template <int> class CfgFor, sm90::BwdOrder kOrder = sm90::BwdOrder::kAuto>
 static void run_sm90(const BwdParams& p) {
   const int bucket = headdim_bucket(p.headdim, p.headdim_v);
   if (bucket == 64)
     sm80::run_bwd_tile<sm80::BwdTileFor<64>::type, bf16>(p, 0, generous_layout(p), false,
-                                                          sm90_main<64>);
+                                                          sm90_main<CfgFor<64>, kOrder>);
   else
     sm80::run_bwd_tile<sm80::BwdTileFor<128>::type, bf16>(p, 0, generous_layout(p), false,
-                                                           sm90_main<128>);
+                                                           sm90_main<CfgFor<128>, kOrder>);
+}
+template <int kD>
+using Sm90Draft = sm90::BwdDraftConfig<kD, 64, 2>;
+template <int kD>
+using Sm90NoDqAdd = sm90::BwdConfig<kD, sm90::BwdConfigFor<kD>::kBM, 1>;
+template <int kD>
+using Sm90NoExp = sm90::BwdConfig<kD, sm90::BwdConfigFor<kD>::kBM, 2>;
+struct Sm90Variant {
+  const char* name;
+  void (*run)(const BwdParams&);
+  bool checked;  // ablations give wrong numbers by design: timed only
+};
+static const Sm90Variant kSm90Variants[] = {
+    {"sm90      ", run_sm90<sm90::BwdConfigFor>, true},
+    {"sm90 draft", run_sm90<Sm90Draft>, true},
+    {"sm90 noDQ ", run_sm90<Sm90NoDqAdd>, false},  // no dQ reduce-adds: prices the dQ traffic
+    {"sm90 noEXP", run_sm90<Sm90NoExp>, false},    // P = S, no mask: prices the softmax side
+    // The candidate in the per-pair launch order (the same launch unless causal: timed causal).
+    {"sm90 perhd", run_sm90<sm90::BwdConfigFor, sm90::BwdOrder::kPerHead>, false},
+};
+// Beyond selftest_cases(): many query and key blocks, unmasked blocks between masked ones.
+static std::vector<Case> sm90_extra_cases() {
+  return {
+      {"d64 1000/1000", 1, 2, 2, 64, 64, {1000}, {1000}},
+      {"causal d64 1000/1000", 1, 2, 2, 64, 64, {1000}, {1000}, false, -1, 0},
+      {"causal d128 1000/1100 gqa 4/2", 1, 4, 2, 128, 128, {1000}, {1100}, false, -1, 0},
+      {"window(100,50) d128 700/700", 1, 2, 2, 128, 128, {700}, {700}, false, 100, 50},
+      {"window(0,200) d64 900/600", 2, 2, 2, 64, 64, {900, 900}, {600, 600}, false, 0, 200},
+      {"varlen d128 {513,0,1000,64}/{640,1,777,64}", 4, 2, 2, 128, 128, {513, 0, 1000, 64},
+       {640, 1, 777, 64}, true},
+      {"varlen causal d64 {700,129,1}/{300,700,128}", 3, 2, 1, 64, 64, {700, 129, 1},
+       {300, 700, 128}, true, -1, 0},
+  };
 }
 #endif
 
@@ -396,31 +433,59 @@ int main(int argc, char** argv) {
   }
 #endif
 #ifdef SELFTEST_SM90
+  // --sm90 [--bench] [--small]: every checked sm90 variant on the cases it takes (deterministic
+  // ones run non-deterministic: their shapes still count), then with --bench each variant timed
+  // beside sm80. --small (for the sanitizers): the candidate alone, on cases of at most 2^20
+  // scores.
   if (argc >= 2 && std::string(argv[1]) == "--sm90") {
+    bool do_bench = false, small = false;
+    for (int a = 2; a < argc; ++a) {
+      do_bench = do_bench || std::string(argv[a]) == "--bench";
+      small = small || std::string(argv[a]) == "--small";
+    }
     const unsigned seed = std::random_device{}();
-    std::printf("seed %u (sm90 main kernel)\n", seed);
+    std::printf("seed %u (sm90 main kernels)\n", seed);
     std::mt19937 rng(seed);
     int fails = 0, ran = 0;
-    for (Case c : selftest_cases()) {
-      if (c.softcap != 0.f || c.alibi || c.deterministic || c.d % 8 || c.dv % 8)
-        continue;  // not taken yet
-      const int bucket = headdim_bucket(c.d, c.dv);
-      if (bucket != 64 && bucket != 128) continue;
-      g_runner = run_sm90;
-      c.name = "[sm90] " + c.name;
-      fails += !run_case(c, rng);
-      ++ran;
+    std::vector<Case> cases = selftest_cases();
+    for (const Case& c : sm90_extra_cases()) cases.push_back(c);
+    for (const Sm90Variant& v : kSm90Variants) {
+      if (!v.checked || (small && &v != &kSm90Variants[0])) continue;
+      for (Case c : cases) {
+        if (c.softcap != 0.f || c.alibi || c.d % 8 || c.dv % 8) continue;  // not taken yet
+        int64_t scores = 0;
+        for (int b = 0; b < c.B; ++b) scores += int64_t(c.lq[b]) * c.lk[b] * c.H;
+        if (small && scores > (int64_t(1) << 20)) continue;
+        const int bucket = headdim_bucket(c.d, c.dv);
+        if (bucket != 64 && bucket != 128) continue;
+        c.deterministic = false;
+        c.det_chunk = 0;
+        g_runner = v.run;
+        c.name = "[" + std::string(v.name) + "] " + c.name;
+        fails += !run_case(c, rng);
+        ++ran;
+      }
     }
     std::printf("%d of %d sm90 cases failed\n", fails, ran);
-    if (argc > 2 && std::string(argv[2]) == "--bench")
+    if (do_bench) {
+      std::printf("bench rows: sm90 (candidate), sm90 draft, sm90 noDQ (the candidate without "
+                  "its dQ reduce-adds: timing only), sm90 noEXP (no exp2 / mask: timing only), sm90 "
+                  "perhd (causal: the candidate in the per-head launch order), sm80\n");
       for (int d : {64, 128})
         for (int N : {2048, 8192, 16384})
           for (bool causal : {false, true}) {
-            g_runner = run_sm90;
-            std::printf("sm90 "); bench(d, N, causal, false);
+            for (const Sm90Variant& v : kSm90Variants) {
+              if (!causal && v.run == run_sm90<sm90::BwdConfigFor, sm90::BwdOrder::kPerHead>)
+                continue;
+              g_runner = v.run;
+              std::printf("%s ", v.name);
+              bench(d, N, causal, false);
+            }
             g_runner = run_kernel;
-            std::printf("sm80 "); bench(d, N, causal, false);
+            std::printf("sm80       ");
+            bench(d, N, causal, false);
           }
+    }
     return fails != 0;
   }
 #endif

@@ -1,0 +1,75 @@
+// Hopper building blocks of the backward beyond primitives_sm90.cuh: shared-memory accesses by
+// 32-bit address (always STS / LDS, never the generic ST.E a lost address space gives), bulk
+// reduce-adds into global fp32 (1-D and TMA-tensor), their bulk-group waits, and WGMMA
+// descriptor offsets. Each documents the PTX it emits.
+#pragma once
+#include <cstdint>
+
+#include "primitives_sm90.cuh"
+
+namespace flashattn::sm90 {
+
+// st.shared.b32 / st.shared.v2.f32 / ld.shared.v2.f32 at a shared-window address.
+__device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void sts_f32x2(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void sts_f32(uint32_t addr, float a) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(a) : "memory");
+}
+__device__ __forceinline__ float2 lds_f32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
+// cp.reduce.async.bulk (1-D): `bytes` (a multiple of 16) of fp32 in shared memory added into
+// global memory, in this thread's bulk group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* src, int bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+      "r"(smem_u32(src)), "r"(bytes)
+      : "memory");
+}
+// cp.reduce.async.bulk.tensor: one box of an fp32 tensor map (the layout the map's swizzle
+// gives in shared memory) added into global memory; parts of the box past the tensor's
+// extents are not written. In this thread's bulk group.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* tmap, uint32_t src, int c0, int c1,
+                                                  int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4}], [%1];" ::"l"(tmap),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_4d(const void* tmap, uint32_t src, int c0, int c1,
+                                                  int c2, int c3) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4, %5}], [%1];" ::"l"(tmap),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Until at most kPending of this thread's bulk groups still read their shared sources.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+// Until at most kPending of this thread's bulk groups are incomplete (writes done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// A WGMMA descriptor moved `bytes` on in shared memory: the start-address field is the low 14
+// bits (address / 16) and shared addresses stay below 256 KB, so a plain add cannot carry out.
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+
+}  // namespace flashattn::sm90
