@@ -43,7 +43,9 @@ using BwdMainLaunch = void (*)(const BwdArgs&, cudaStream_t);
 // One tile shape on a workspace laid out as `ws` (run_bwd_hdim picks both). heavy_first:
 // causal, non-deterministic calls launch the longest key blocks first (H200, d128 causal:
 // 2k 213 -> 223, 8k 266 -> 280 TFLOP/s; d64 causal 8k 243 -> 248; others unchanged).
-template <typename Tile, typename Element>
+// kSm80Main false: main_launch always runs in place of this file's main kernel, which is
+// then not instantiated (the sm90 backward's translation units).
+template <typename Tile, typename Element, bool kSm80Main = true>
 void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspaceLayout& ws,
                   bool heavy_first = false, BwdMainLaunch main_launch = nullptr) {
   using namespace bwd_detail;
@@ -104,27 +106,29 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
     FLASHATTN_LAUNCH_CHECK();
   }
   // (2) The main kernel.
-  if (!empty && main_launch != nullptr) {
-    main_launch(args, stream);
-  } else if (!empty) {
-    dim3 grid(n_blocks, p.nheads, p.batch);
-    constexpr int kSmem = Tile::kSmemBytes;
-    auto launch = [&](auto kernel) {
-      if (kSmem > 48 * 1024)
-        FLASHATTN_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-      kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
-      FLASHATTN_LAUNCH_CHECK();
-    };
+  if (!empty) {
+    if (main_launch != nullptr || !kSm80Main) {
+      main_launch(args, stream);
+    } else if constexpr (kSm80Main) {
+      dim3 grid(n_blocks, p.nheads, p.batch);
+      constexpr int kSmem = Tile::kSmemBytes;
+      auto launch = [&](auto kernel) {
+        if (kSmem > 48 * 1024)
+          FLASHATTN_CUDA_CHECK(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+        kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
+        FLASHATTN_LAUNCH_CHECK();
+      };
 #ifndef FLASHATTN_DISABLE_SOFTCAP
-    if (p.softcap > 0.f)
-      launch(bwd_main_kernel<Tile, Element, true>);
-    else
+      if (p.softcap > 0.f)
+        launch(bwd_main_kernel<Tile, Element, true>);
+      else
 #else
-    if (p.softcap > 0.f)
-      throw std::runtime_error("flashattn sm80 bwd: built with FLASHATTN_DISABLE_SOFTCAP");
+      if (p.softcap > 0.f)
+        throw std::runtime_error("flashattn sm80 bwd: built with FLASHATTN_DISABLE_SOFTCAP");
 #endif
-      launch(bwd_main_kernel<Tile, Element, false>);
+        launch(bwd_main_kernel<Tile, Element, false>);
+    }
   }
   // (3) dQ (scaled here), and dK / dV of GQA / MQA; zeros for varlen rows past the last
   // sequence when dK / dV are written directly.

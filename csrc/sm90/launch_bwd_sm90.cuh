@@ -2,7 +2,8 @@
 // kernel_bwd_draft_sm90.cuh, until one GPU run has timed both), work in progress: what it
 // takes, its tensor maps, the launch. The preprocessing and conversions around it are the sm80
 // backward's (sm80/kernel_bwd_aux_sm80.cuh); tools/selftest/selftest_bwd_sm80.cu (built with
-// -DSELFTEST_SM90) runs the three in order. Not yet called by the package.
+// -DSELFTEST_SM90) runs the three in order; run_bwd_hdim below is the package's (instantiated
+// per head dim in csrc/instantiations/bwd_sm90_hdim*_*.cu, dispatched in dispatch_bwd_sm90.cu).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 #include "../common/tile_policy.h"
 #include "kernel_bwd_draft_sm90.cuh"
 #include "kernel_bwd_sm90.cuh"
+#include "../sm80/launch_bwd_sm80.cuh"  // the preprocessing and conversions around it
 #include "launch_fwd_sm90.cuh"  // tensor_map, fwd_unsupported's TMA rules
 
 namespace flashattn::sm90 {
@@ -117,6 +119,25 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
                                                         bwd_section_pairs(p, Cfg::kD, order));
   }
   FLASHATTN_LAUNCH_CHECK();
+}
+
+// The head dims with a package backward kernel (the accumulators' sm80 bucket; qk = v).
+// The list is also read by tools/generate_instantiations.py (keep the format).
+inline constexpr int kBwdHeadDims[] = {64, 128};
+
+template <class Cfg, typename Element>
+void bwd_main_launch(const sm80::BwdArgs& args, cudaStream_t stream) {
+  launch_bwd_main_sm90<Cfg, Element>(args, stream);
+}
+
+// The package's backward: the sm80 preprocessing, this main kernel, the sm80 conversions, on
+// the sm80 workspace layout of the bucket (bwd_workspace).
+template <int kD, int kDv, typename Element>
+void run_bwd_hdim(const BwdParams& p, cudaStream_t stream) {
+  static_assert(kD == kDv, "qk and v head dims share the bucket");
+  using Tile = typename sm80::BwdTileFor<kD>::type;
+  sm80::run_bwd_tile<Tile, Element, false>(p, stream, sm80::bwd_workspace_layout(p, kD), false,
+                                           &bwd_main_launch<BwdConfigFor<kD>, Element>);
 }
 
 }  // namespace flashattn::sm90

@@ -10,4 +10,9 @@ namespace flashattn::sm90 {
 const char* fwd_unsupported_here(const FwdParams& params);
 void run_fwd(const FwdParams& params, void* stream);
 
+// The backward (buckets 64 and 128; the sm80 workspace of sm80::bwd_workspace): why it does
+// not take this call on the current device (nullptr: it does), and the run.
+const char* bwd_unsupported_here(const BwdParams& params);
+void run_bwd(const BwdParams& params, void* stream);
+
 }  // namespace flashattn::sm90

@@ -1,0 +1,59 @@
+// flashattn::sm90::run_bwd / bwd_unsupported_here: dtype x head-dim bucket -> the explicit
+// instantiations in csrc/instantiations/bwd_sm90_hdim*_*.cu (launch_bwd_sm90.cuh).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+
+#include "../common/cuda_check.h"
+#include "../common/params.h"
+#include "../common/static_switch.h"
+#include "../common/tile_policy.h"
+#include "launch_bwd_sm90.cuh"
+#include "sm90_backend.h"
+
+namespace flashattn::sm90 {
+
+static_assert(sizeof(kBwdHeadDims) / sizeof(int) == 2 && kBwdHeadDims[0] == 64 &&
+                  kBwdHeadDims[1] == 128,
+              "the switch below lists every backward head dim");
+#define FLASHATTN_SM90_BWD_EXTERN(D)                                                    \
+  extern template void run_bwd_hdim<D, D, __half>(const BwdParams&, cudaStream_t);     \
+  extern template void run_bwd_hdim<D, D, __nv_bfloat16>(const BwdParams&, cudaStream_t);
+FLASHATTN_SM90_BWD_EXTERN(64)
+FLASHATTN_SM90_BWD_EXTERN(128)
+#undef FLASHATTN_SM90_BWD_EXTERN
+
+const char* bwd_unsupported_here(const BwdParams& p) {
+  if (current_device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
+      current_device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
+    return "the device (sm90 kernels run on compute capability 9.0 only)";
+  const int bucket = headdim_bucket(p.headdim, p.headdim_v);
+  if (bucket != 64 && bucket != 128)
+    return "head dims outside the 64 and 128 buckets (not yet)";
+  if (const char* why = bwd_unsupported(p, bucket)) return why;
+  const int smem = bucket == 64 ? BwdConfigFor<64>::kSmem : BwdConfigFor<128>::kSmem;
+  if (smem_optin_bytes() < smem)
+    return "the shared memory per block (FLASHATTN_SMEM_LIMIT or the GPU's is below the "
+           "kernel's)";
+  if (!headdim_built(bucket))
+    return "its head-dim bucket, left out of this build (FLASHATTN_HEADDIMS)";
+  return nullptr;
+}
+
+void run_bwd(const BwdParams& p, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const int bucket = headdim_bucket(p.headdim, p.headdim_v);
+  FLASHATTN_FP16_SWITCH(p.dtype, "flashattn sm90 bwd", [&] {
+    if constexpr (headdim_built(64)) {
+      if (bucket == 64) return run_bwd_hdim<64, 64, Element>(p, s);
+    }
+    if constexpr (headdim_built(128)) {
+      if (bucket == 128) return run_bwd_hdim<128, 128, Element>(p, s);
+    }
+    throw std::runtime_error("flashattn sm90 bwd: no kernel for this head-dim bucket");
+  });
+}
+
+}  // namespace flashattn::sm90
