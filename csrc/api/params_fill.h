@@ -1,4 +1,5 @@
-// The one place that turns tensors + options into FwdParams / BwdParams.
+// The one place that turns tensors + options into FwdParams / BwdParams (and the kvcache
+// fields of FwdParams plus KvAppendParams).
 #pragma once
 #include <cmath>
 #include <optional>
@@ -119,6 +120,74 @@ inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout,
   p.dv_batch_stride = sdv.batch, p.dv_row_stride = sdv.row, p.dv_head_stride = sdv.head;
   p.dsoftmax_sum = static_cast<float*>(dsoftmax_sum.data_ptr());
   p.deterministic = opt.deterministic;
+}
+
+// The KV cache / paged inputs of a call, validated by the op (flash_api.cpp). Paged: k / v
+// are (num_pages, page_size, nheads_k, d) and pb.seqlen_k is max_pages_per_seq * page_size.
+struct KvCache {
+  const Tensor* cache_seqlens = nullptr;  // seqused_k
+  const Tensor* cache_leftpad = nullptr;  // leftpad_k
+  const Tensor* cache_batch_idx = nullptr;
+  const Tensor* block_table = nullptr;
+  int64_t kv_batch = 0;  // k / v's batch size (cache_batch_idx is clamped to it)
+  int64_t seqlen_knew = 0;
+  int64_t page_size = 0, num_pages = 0;
+  int64_t num_splits = 0;
+};
+
+inline const int32_t* i32_ptr(const Tensor* t) {
+  return t ? static_cast<const int32_t*>(t->data_ptr()) : nullptr;
+}
+
+// The kvcache / paged fields of FwdParams, after fill_fwd_params.
+inline void fill_kvcache_params(FwdParams& p, const KvCache& kv) {
+  p.seqused_k = i32_ptr(kv.cache_seqlens);
+  p.leftpad_k = i32_ptr(kv.cache_leftpad);
+  p.kv_batch_idx = i32_ptr(kv.cache_batch_idx);
+  p.kv_batch = static_cast<int32_t>(kv.kv_batch);
+  p.seqlen_knew = static_cast<int32_t>(kv.seqlen_knew);
+  if (kv.block_table) {
+    p.block_table = i32_ptr(kv.block_table);
+    p.block_table_batch_stride = kv.block_table->stride(0);
+    p.page_size = static_cast<int32_t>(kv.page_size);
+    p.num_pages = static_cast<int32_t>(kv.num_pages);
+    p.max_pages_per_seq = static_cast<int32_t>(kv.block_table->size(1));
+    // The capacity (params.h); a varlen call's pb.seqlen_k is its max_seqlen_k, which the
+    // window was normalised with, as flash-attn does.
+    p.seqlen_k = p.max_pages_per_seq * p.page_size;
+  }
+  p.num_splits = static_cast<int32_t>(kv.num_splits);
+}
+
+// The append + rotary step (params.h, KvAppendParams) of a call whose FwdParams are filled:
+// k_new / v_new are (batch, seqlen_knew, nheads_k, d / dv) or null, cos / sin
+// (seqlen_ro, rotary_dim / 2) with one row stride, or null; q_rot has q's shape.
+inline void fill_kvappend_params(KvAppendParams& a, const FwdParams& p, const Tensor* k_new,
+                                 const Tensor* v_new, const Tensor* cos, const Tensor* sin,
+                                 bool interleaved, const Tensor* q_rot) {
+  if (k_new && v_new) {
+    a.knew_ptr = k_new->data_ptr();
+    a.vnew_ptr = v_new->data_ptr();
+    auto sk = strides_of(*k_new, false), sv = strides_of(*v_new, false);
+    a.knew_batch_stride = sk.batch, a.knew_row_stride = sk.row, a.knew_head_stride = sk.head;
+    a.vnew_batch_stride = sv.batch, a.vnew_row_stride = sv.row, a.vnew_head_stride = sv.head;
+  }
+  if (cos && sin) {
+    a.rotary_cos = cos->data_ptr();
+    a.rotary_sin = sin->data_ptr();
+    a.rotary_stride = cos->stride(0);
+    a.seqlen_ro = static_cast<int32_t>(cos->size(0));
+    a.rotary_dim = static_cast<int32_t>(2 * cos->size(1));
+    a.rotary_interleaved = interleaved;
+    // As flash-attn: q rows at their own positions when causal or local (the window is
+    // normalised by fill_fwd_params), all at the cache length otherwise.
+    a.q_rot_per_row = p.window_left >= 0 || p.window_right >= 0;
+  }
+  if (q_rot) {
+    a.q_rot_ptr = q_rot->data_ptr();
+    auto sr = strides_of(*q_rot, false);
+    a.q_rot_batch_stride = sr.batch, a.q_rot_row_stride = sr.row, a.q_rot_head_stride = sr.head;
+  }
 }
 
 }  // namespace flashattn::api
