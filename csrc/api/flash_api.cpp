@@ -538,7 +538,7 @@ void check_rotary(std::optional<Tensor>& cos, std::optional<Tensor>& sin, const 
 
 // The append step's q_rot buffer is q rotated (q's shape, contiguous): the attention reads it.
 void read_q_from(FwdParams& p, const Tensor& q_rot) {
-  auto s = strides_of(q_rot, false);
+  auto s = strides_of(q_rot);
   p.q_ptr = q_rot.data_ptr();
   p.q_batch_stride = s.batch, p.q_row_stride = s.row, p.q_head_stride = s.head;
 }

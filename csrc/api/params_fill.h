@@ -33,12 +33,13 @@ inline DType to_dtype(ScalarType t) {
   }
 }
 
-// Strides of a (B, S, H, d) or (total, H, d) tensor as (batch, row, head); batch is 0 in varlen.
+// Strides of a (B, S, H, d) tensor (paged: (num_pages, page_size, H, d)) or of a varlen
+// (total, H, d) one as (batch, row, head); batch is 0 in varlen.
 struct Strides3 {
   int64_t batch, row, head;
 };
-inline Strides3 strides_of(const Tensor& t, bool varlen) {
-  if (varlen) return {0, t.stride(0), t.stride(1)};
+inline Strides3 strides_of(const Tensor& t) {
+  if (t.dim() == 3) return {0, t.stride(0), t.stride(1)};
   return {t.stride(0), t.stride(1), t.stride(2)};
 }
 
@@ -53,9 +54,9 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
   p.v_ptr = v.data_ptr();
   p.o_ptr = out ? out->data_ptr() : nullptr;
   p.lse_ptr = lse ? static_cast<float*>(lse->data_ptr()) : nullptr;
-  auto sq = strides_of(q, vl), sk = strides_of(k, vl), sv = strides_of(v, vl);
+  auto sq = strides_of(q), sk = strides_of(k), sv = strides_of(v);
   const int64_t dv = pb.headdim_v;
-  auto so = out ? strides_of(*out, vl)
+  auto so = out ? strides_of(*out)
                 : Strides3{vl ? 0 : pb.seqlen_q * pb.nheads * dv, pb.nheads * dv, dv};
   p.q_batch_stride = sq.batch, p.q_row_stride = sq.row, p.q_head_stride = sq.head;
   p.k_batch_stride = sk.batch, p.k_row_stride = sk.row, p.k_head_stride = sk.head;
@@ -107,10 +108,9 @@ inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout,
                             const Tensor& dv, const Tensor& dsoftmax_sum, const Options& opt,
                             const Tensor* cu_q, const Tensor* cu_k) {
   fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
-  const bool vl = pb.varlen;
   p.do_ptr = dout.data_ptr();
-  auto sdo = strides_of(dout, vl), sdq = strides_of(dq, vl), sdk = strides_of(dk, vl),
-       sdv = strides_of(dv, vl);
+  auto sdo = strides_of(dout), sdq = strides_of(dq), sdk = strides_of(dk),
+       sdv = strides_of(dv);
   p.do_batch_stride = sdo.batch, p.do_row_stride = sdo.row, p.do_head_stride = sdo.head;
   p.dq_ptr = dq.data_ptr();
   p.dq_batch_stride = sdq.batch, p.dq_row_stride = sdq.row, p.dq_head_stride = sdq.head;
@@ -168,7 +168,7 @@ inline void fill_kvappend_params(KvAppendParams& a, const FwdParams& p, const Te
   if (k_new && v_new) {
     a.knew_ptr = k_new->data_ptr();
     a.vnew_ptr = v_new->data_ptr();
-    auto sk = strides_of(*k_new, false), sv = strides_of(*v_new, false);
+    auto sk = strides_of(*k_new), sv = strides_of(*v_new);
     a.knew_batch_stride = sk.batch, a.knew_row_stride = sk.row, a.knew_head_stride = sk.head;
     a.vnew_batch_stride = sv.batch, a.vnew_row_stride = sv.row, a.vnew_head_stride = sv.head;
   }
@@ -185,7 +185,7 @@ inline void fill_kvappend_params(KvAppendParams& a, const FwdParams& p, const Te
   }
   if (q_rot) {
     a.q_rot_ptr = q_rot->data_ptr();
-    auto sr = strides_of(*q_rot, false);
+    auto sr = strides_of(*q_rot);
     a.q_rot_batch_stride = sr.batch, a.q_rot_row_stride = sr.row, a.q_rot_head_stride = sr.head;
   }
 }
