@@ -48,6 +48,10 @@ def _valid(c):
 
 
 HARD_CORNERS = [
+    # flash-attn's longest decode cache (128k), MQA, 256-row pages
+    dict(dtype="fp16", hd=(64, 64), sl=(1, 128 * 1024), heads="mqa", new_kv=True,
+         new_eq_q=True, rotary=1.0, interleaved=True, paged=256, causal=True, local=False,
+         softcap=0.0, alibi=True, leftpad=False, batch_idx=False, num_splits=0),
     # one long cache, GQA, paged with small pages, rotary over half the dims
     dict(dtype="bf16", hd=(128, 128), sl=(16, 20000), heads="gqa", new_kv=True, new_eq_q=True,
          rotary=0.5, interleaved=False, paged=16, causal=True, local=False, softcap=0.0,
@@ -77,8 +81,10 @@ HARD_CORNERS = [
 def _params():
     out = []
     for device in DEVICES:
-        for c in covering_set(_factors(device), seed=3, valid=_valid):
-            out.append(pytest.param(device, c, id=f"{device}-{case_id(c)}"))
+        # Two covering sets: every pair of factor values twice, more triples than one gives.
+        for seed in (3, 11):
+            for c in covering_set(_factors(device), seed=seed, valid=_valid):
+                out.append(pytest.param(device, c, id=f"{device}-s{seed}-{case_id(c)}"))
         for c in HARD_CORNERS:
             if c["dtype"] in dtypes_for(device):
                 out.append(pytest.param(device, c, id=f"{device}-corner-{case_id(c)}"))
