@@ -523,7 +523,8 @@ void check_rotary(std::optional<Tensor>& cos, std::optional<Tensor>& sin, const 
     check_same_device(*t, name, q);
   }
   check_size(*sin, "rotary_sin", 0, cos->size(0), "seqlen_ro (dim 0, must equal rotary_cos's)");
-  check_size(*sin, "rotary_sin", 1, cos->size(1), "rotary_dim / 2 (dim 1, must equal rotary_cos's)");
+  check_size(*sin, "rotary_sin", 1, cos->size(1),
+             "rotary_dim / 2 (dim 1, must equal rotary_cos's)");
   const int64_t rotary_dim = 2 * cos->size(1);
   FLASHATTN_CHECK(rotary_dim >= 2 && rotary_dim <= pb.headdim, "rotary_cos has ", cos->size(1),
                   " columns: rotary_dim = 2 * that must be between 2 and headdim (", pb.headdim,
