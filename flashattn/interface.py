@@ -1,5 +1,6 @@
-"""The public API: flash-attn 2.8's six attention functions, same names, arguments, defaults
-and return values, each a call of torch.ops.flashattn.fwd / varlen_fwd (autograd in ops.py).
+"""The public API: flash-attn 2.8's six attention functions and flash_attn_with_kvcache, same
+names, arguments, defaults and return values, each a call of torch.ops.flashattn.fwd /
+varlen_fwd (autograd in ops.py) or fwd_kvcache.
 
 Layouts: padded q (batch, seqlen_q, nheads, headdim), k/v (batch, seqlen_k, nheads_k, headdim /
 headdim_v); varlen q (total_q, nheads, headdim), k/v (total_k, nheads_k, ...), sequences
@@ -22,6 +23,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
     "kernel_path",
 ]
 
@@ -210,18 +212,22 @@ def flash_attn_varlen_func(
         deterministic: use the deterministic backward (same gradients bit for bit on reruns).
         return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
             attention probabilities, which flash-attn only produces with dropout.
-        block_table: must be None (paged KV is not supported yet).
+        block_table: None, or int32 (batch, max_num_blocks_per_seq) for paged KV (prefill
+            from a paged cache): k and v are then (num_blocks, page_block_size, nheads_k,
+            headdim / headdim_v), page_block_size a multiple of 16, and sequence b's
+            cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys are its logical rows 0, 1, ..., row r in
+            row r % page_block_size of block block_table[b, r // page_block_size]. Forward
+            only: the backward raises NotImplementedError.
 
     Returns:
         out: (total_q, nheads, headdim_v), or (out, softmax_lse, None) with
         return_attn_probs, softmax_lse fp32 (nheads, total_q).
     """
-    if block_table is not None:
-        raise NotImplementedError("flashattn: block_table (paged KV) is not supported yet")
     out, softmax_lse = torch.ops.flashattn.varlen_fwd(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         **_options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                    deterministic),
+        block_table=block_table,
     )
     return _result(out, softmax_lse, return_attn_probs)
 
@@ -310,6 +316,93 @@ def flash_attn_varlen_qkvpacked_func(
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, softcap,
                                   alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """Attention of q over a KV cache, after appending k / v to it in place (decoding).
+
+    If k and v are given, they are written into k_cache and v_cache *in place* at rows
+    cache_seqlens[b], cache_seqlens[b] + 1, ... of sequence b (rows past the cache are
+    dropped); then q attends to the cache rows [cache_leftpad[b], cache_seqlens[b] +
+    seqlen_new) of each sequence. With rotary_cos / rotary_sin, the new keys are rotated at
+    their positions cache_seqlens[b] + i before they are stored, and q is rotated at
+    cache_seqlens[b] + i (causal or local) or at cache_seqlens[b] for every row (otherwise).
+    Masks, ALiBi and softcap are those of flash_attn_func with seqlen_k the sequence's number
+    of keys, key 0 its row cache_leftpad[b]. No backward, as in flash-attn.
+
+    Arguments:
+        q: (batch, seqlen_q, nheads, headdim).
+        k_cache: (batch_cache, seqlen_cache, nheads_k, headdim), or with block_table
+            (num_blocks, page_block_size, nheads_k, headdim) (a paged cache: any
+            page_block_size that is a multiple of 16).
+        v_cache: like k_cache, with headdim_v.
+        k: None, or (batch, seqlen_new, nheads_k, headdim): the keys to append (with v and
+            cache_seqlens).
+        v: None, or (batch, seqlen_new, nheads_k, headdim_v).
+        rotary_cos: None, or (seqlen_ro, rotary_dim / 2) in q's dtype, seqlen_ro at least the
+            cache capacity (seqlen_cache, or max_num_blocks_per_seq * page_block_size),
+            rotary_dim even and at most headdim; rotary embedding of q and the new keys.
+        rotary_sin: like rotary_cos.
+        cache_seqlens: None (every sequence uses the whole cache), an int, or int32 (batch,):
+            the cache's length before this call's append.
+        cache_batch_idx: None, or int32 (batch,): sequence b uses cache batch
+            cache_batch_idx[b] (default b); not with block_table. Sequences sharing a cache
+            batch and appending get the rows of one of them.
+        cache_leftpad: None, or int32 (batch,): sequence b's keys start at cache row
+            cache_leftpad[b] (default 0); not with block_table.
+        block_table: None, or int32 (batch, max_num_blocks_per_seq): logical cache row r of
+            sequence b is row r % page_block_size of block block_table[b, r // page_block_size].
+        softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
+        causal: causal mask, aligned to the bottom-right corner of the score matrix.
+        window_size: (left, right) sliding window, -1 = unbounded on that side.
+        softcap: if > 0, scores become softcap * tanh(score / softcap).
+        rotary_interleaved: rotate dims (0, 1), (2, 3), ... if True (GPT-J), else (0,
+            rotary_dim / 2), (1, rotary_dim / 2 + 1), ... (GPT-NeoX).
+        alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
+            -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
+        num_splits: key splits of the CUDA split-KV kernel (1 = none); 0 lets the backend
+            choose. The result is the same within rounding; the CPU backend ignores it.
+        return_softmax_lse: if True return (out, softmax_lse).
+
+    Metadata (cache_seqlens, cache_leftpad, cache_batch_idx, block_table) is not checked
+    against the caches (that would need a device sync): values outside them are clamped,
+    which gives wrong numbers, never an out-of-bounds access.
+
+    Returns:
+        out: (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse) with
+        return_softmax_lse, softmax_lse fp32 (batch, nheads, seqlen_q).
+    """
+    opts = _options(q, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, False)
+    del opts["deterministic"]
+    if isinstance(cache_seqlens, (int, torch.SymInt)):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
+                                   device=q.device)
+    out, softmax_lse = torch.ops.flashattn.fwd_kvcache(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, rotary_interleaved=rotary_interleaved,
+        num_splits=num_splits, **opts,
+    )
+    return (out, softmax_lse) if return_softmax_lse else out
 
 
 def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,

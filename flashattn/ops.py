@@ -1,7 +1,8 @@
 """Fake (meta) kernels and autograd for the torch.ops.flashattn.* ops.
 
 The op schemas live in C++ (csrc/api/schema.h) and are the single source of truth: nothing
-here repeats an argument list. The fake kernels read only the leading tensors; the autograd
+here repeats an argument list. fwd_kvcache (flash_attn_with_kvcache) mutates its caches and
+has no autograd, as in flash-attn. The fake kernels read only the leading tensors; the autograd
 glue matches forward inputs to backward arguments by their schema names.
 """
 import torch
@@ -31,6 +32,11 @@ def _varlen_fwd_fake(q, k, v, *options, **kw_options):
     out = q.new_empty((total_q, nheads, v.shape[-1]))
     softmax_lse = q.new_empty((nheads, total_q), dtype=torch.float32)
     return out, softmax_lse
+
+
+# flash_attn_with_kvcache: the caches (k_cache, v_cache) are mutated in place (the schema's
+# alias annotations let torch.compile functionalize the op); out and lse are fresh, as _fwd_fake.
+torch.library.register_fake("flashattn::fwd_kvcache", _fwd_fake)
 
 
 def _grads_fake(dout, q, k, v, *options, **kw_options):
@@ -81,6 +87,10 @@ def _make_backward(fwd_op, bwd_op):
         # softmax_lse is marked non-differentiable: its incoming gradient is ignored.
         named = dict(ctx.options)
         named.update(zip(ctx.tensor_names, ctx.saved_tensors))
+        if named.get("block_table") is not None:
+            raise NotImplementedError(
+                "flashattn: the backward of paged KV (varlen_fwd with block_table) is not "
+                "supported yet")
         named["dout"] = dout  # any strides: the op makes an expanded gradient contiguous
         grads = dict(zip(_DIFFERENTIABLE, bwd_op(**{n: named[n] for n in bwd_names})))
         return tuple(grads.get(n) for n in fwd_names)
@@ -105,6 +115,11 @@ def _register_no_double_backward(bwd_op):
 
     torch.library.register_autograd(bwd_op, backward)
 
+
+# fwd_kvcache has no backward (as in flash-attn): its outputs do not require grad. A mutating
+# op cannot take register_autograd; a fallthrough at the Autograd key skips autograd.
+_lib = torch.library.Library("flashattn", "IMPL")
+_lib.impl("fwd_kvcache", torch.library.fallthrough_kernel, "Autograd")
 
 _register_autograd(_ops.fwd.default, _ops.bwd.default)
 _register_autograd(_ops.varlen_fwd.default, _ops.varlen_bwd.default)

@@ -1,6 +1,9 @@
 """Shared helpers for the test files: input builders, the tolerance rule, covering sets."""
 import itertools
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -61,6 +64,30 @@ def skip_if_no_kernel(device, dtype, d, dv=None, backward=True):
     reason = kernel_skip_reason(device, dtype, d, dv, backward)
     if reason:
         pytest.skip(reason)
+
+
+# --------------------------------------------------------------------------------------
+# Wrong-metadata cases, run in a subprocess so that a crash fails the test instead of killing
+# pytest (CUDA_LAUNCH_BLOCKING surfaces an illegal access at its kernel).
+
+
+def run_cases_in_subprocess(script, device, dtype, cases, seed):
+    """Runs `script` with argv (device, dtype name, repr(cases), seed); it prints "BEGIN name"
+    / "END name" around each case and "DONE" at the end. Fails naming the case it died in."""
+    env = dict(os.environ)
+    env.setdefault("CUDA_LAUNCH_BLOCKING", "1")
+    res = subprocess.run(
+        [sys.executable, "-c", script, device, str(dtype).split(".")[-1], repr(cases),
+         str(seed)],
+        capture_output=True, text=True, timeout=300, env=env)
+    begun = [l.split()[1] for l in res.stdout.splitlines() if l.startswith("BEGIN")]
+    ended = [l.split()[1] for l in res.stdout.splitlines() if l.startswith("END")]
+    where = ""
+    if begun and (not ended or ended[-1] != begun[-1]):
+        where = f" in case {begun[-1]!r} {cases[begun[-1]]}"
+    assert res.returncode == 0 and "DONE" in res.stdout, (
+        f"subprocess failed (rc={res.returncode}){where}\nstdout:\n{res.stdout[-3000:]}"
+        f"\nstderr:\n{res.stderr[-3000:]}")
 
 
 # --------------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ __all__ = [
     "ref_and_lowp",
     "ref_and_lowp_varlen",
     "effective_window",
+    "rotary_ref",
+    "kvcache_ref",
+    "ref_and_lowp_kvcache",
+    "paged_varlen_ref",
 ]
 
 
@@ -179,3 +183,108 @@ def ref_and_lowp_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dout=None, **kw):
     ref = _with_grads(fn, q, k, v, dout, torch.float64, **kw)
     low = _with_grads(fn, q, k, v, dout, _lowp_dtype(q.dtype), **kw)
     return ref, low
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attn_with_kvcache and paged KV (params.h, KvAppendParams): flash-attn 2.8's semantics,
+# sequence by sequence. Metadata is clamped as the contract says (seq_info, page_of), so the
+# same function serves wrong metadata.
+# ---------------------------------------------------------------------------------------------
+
+def rotary_ref(x, cos, sin, pos, interleaved):
+    """x (S, H, d) rotated over its first rotary_dim = 2 * cos.shape[1] dims at positions pos
+    (S,) (clamped into the table), the rest unchanged; in x's dtype. Pairs (2j, 2j + 1)
+    interleaved, else (j, j + rotary_dim / 2): x0' = x0 cos - x1 sin, x1' = x1 cos + x0 sin."""
+    half = cos.shape[1]
+    pos = pos.clamp(0, cos.shape[0] - 1)
+    c, s = cos[pos].to(x.dtype)[:, None, :], sin[pos].to(x.dtype)[:, None, :]
+    i0 = slice(0, 2 * half, 2) if interleaved else slice(0, half)
+    i1 = slice(1, 2 * half, 2) if interleaved else slice(half, 2 * half)
+    x0, x1 = x[..., i0], x[..., i1]
+    y = x.clone()
+    y[..., i0] = x0 * c - x1 * s
+    y[..., i1] = x1 * c + x0 * s
+    return y
+
+
+def _cache_rows(b, k_cache, block_table, cache_batch_idx):
+    """Row indices, into k_cache flattened to (rows, Hk, d), of sequence b's logical rows."""
+    n0, n1 = k_cache.shape[0], k_cache.shape[1]
+    if block_table is not None:
+        pages = block_table[b].long().clamp(0, n0 - 1)
+        return (pages[:, None] * n1 + torch.arange(n1, device=pages.device)).flatten()
+    kb = b if cache_batch_idx is None else int(cache_batch_idx[b].clamp(0, n0 - 1))
+    return kb * n1 + torch.arange(n1, device=k_cache.device)
+
+
+def kvcache_ref(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                rotary_interleaved=True, alibi_slopes=None, compute_dtype=torch.float64):
+    """flash_attn_with_kvcache in compute_dtype. Returns (out (B, Sq, H, dv), lse (B, H, Sq),
+    k_cache, v_cache after the append). Appends run in batch order (the last sequence wins
+    rows several share); the attention of sequence b sees cache rows [leftpad, seqlen + new)."""
+    cd = compute_dtype
+    B, sq, H, d = q.shape
+    hk = k_cache.shape[2]
+    paged = block_table is not None
+    cap = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    kc, vc = (t.to(cd).clone(memory_format=torch.contiguous_format) for t in (k_cache, v_cache))
+    kflat, vflat = kc.view(-1, hk, d), vc.view(-1, hk, vc.shape[-1])
+    knew = 0 if k is None else k.shape[1]
+    seqlens = (torch.full((B,), cap, dtype=torch.long) if cache_seqlens is None
+               else cache_seqlens.long().cpu())
+    # flash-attn: a window side at least the capacity wide is unbounded; causal is right = 0.
+    wl, wr = effective_window(causal, window_size)
+    wl, wr = (-1 if wl >= cap else wl), (-1 if not causal and wr >= cap else wr)
+    per_row = wl >= 0 or wr >= 0
+    dev = q.device
+    rows = [_cache_rows(b, k_cache, block_table, cache_batch_idx) for b in range(B)]
+    for b in range(B if k is not None else 0):
+        r = seqlens[b] + torch.arange(knew, device=dev)
+        keep = (r >= 0) & (r < cap)
+        kb = k[b].to(cd)
+        if rotary_cos is not None:
+            kb = rotary_ref(kb, rotary_cos, rotary_sin, r, rotary_interleaved)
+        kflat[rows[b][r[keep]]] = kb[keep]
+        vflat[rows[b][r[keep]]] = v[b].to(cd)[keep]
+    outs, lses = [], []
+    for b in range(B):
+        end = int(min(max(seqlens[b] + knew, 0), cap))
+        start = 0 if cache_leftpad is None else int(min(max(int(cache_leftpad[b]), 0), end))
+        idx = rows[b][start:end]
+        qb = q[b].to(cd)
+        if rotary_cos is not None:
+            pos = seqlens[b] + (torch.arange(sq, device=dev) if per_row
+                                else torch.zeros(sq, dtype=torch.long, device=dev))
+            qb = rotary_ref(qb, rotary_cos, rotary_sin, pos, rotary_interleaved)
+        slopes = None
+        if alibi_slopes is not None:
+            slopes = alibi_slopes[b] if alibi_slopes.dim() == 2 else alibi_slopes
+        o, lse = attention_ref(qb[None], kflat[idx][None], vflat[idx][None], softmax_scale,
+                               False, (wl, wr), softcap, slopes, cd)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses), kc, vc
+
+
+def ref_and_lowp_kvcache(q, k_cache, v_cache, *args, **kw):
+    """(float64 reference, the same in q's dtype), each (out, lse, k_cache, v_cache)."""
+    return tuple(kvcache_ref(q, k_cache, v_cache, *args, compute_dtype=cd, **kw)
+                 for cd in (torch.float64, q.dtype))
+
+
+def paged_varlen_ref(q, k_pages, v_pages, cu_seqlens_q, cu_seqlens_k, block_table,
+                     compute_dtype=torch.float64, **kw):
+    """flash_attn_varlen_func with block_table: sequence b's keys are its logical rows
+    0 .. cu_seqlens_k[b + 1] - cu_seqlens_k[b] - 1 through the block table."""
+    ck = [int(x) for x in cu_seqlens_k.tolist()]
+    ks, vs, cu = [], [], [0]
+    for b in range(len(ck) - 1):
+        rows = _cache_rows(b, k_pages, block_table, None)[: ck[b + 1] - ck[b]]
+        ks.append(k_pages.flatten(0, 1)[rows])
+        vs.append(v_pages.flatten(0, 1)[rows])
+        cu.append(cu[-1] + len(rows))
+    return attention_varlen_ref(q, torch.cat(ks), torch.cat(vs), cu_seqlens_q,
+                                torch.tensor(cu, dtype=torch.int32), compute_dtype=compute_dtype,
+                                **kw)

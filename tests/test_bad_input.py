@@ -326,12 +326,16 @@ def test_dropout_not_implemented(device, name):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_block_table_not_implemented(device):
+def test_block_table_backward_not_implemented(device):
+    """Paged KV in the varlen forward works (tests/test_kvcache.py); its backward raises."""
     _skip(device)
-    q, k, v, cu, m = _varlen(device)
-    bt = torch.zeros(2, 1, dtype=torch.int32, device=device)
+    q, _, _, cu, m = _varlen(device)
+    k = torch.randn(2, 16, 2, 64, device=device, dtype=torch.float16, requires_grad=True)
+    v = torch.randn(2, 16, 2, 64, device=device, dtype=torch.float16, requires_grad=True)
+    bt = torch.tensor([[1], [0]], dtype=torch.int32, device=device)
+    out = flashattn.flash_attn_varlen_func(q.requires_grad_(), k, v, cu, cu, m, m, block_table=bt)
     with pytest.raises(NotImplementedError, match="block_table"):
-        flashattn.flash_attn_varlen_func(q, k, v, cu, cu, m, m, block_table=bt)
+        out.sum().backward()
 
 
 # ---- the backward op's own arguments (reachable by calling the op directly) ----

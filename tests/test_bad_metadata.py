@@ -4,15 +4,12 @@ out-of-bounds access is not. Runs in a subprocess so a segfault fails the test i
 killing pytest; on CUDA the subprocess synchronises to surface illegal memory accesses.
 Inputs sit inside NaN-filled buffers, so out-of-bounds reads show up as NaN where the
 metadata is wrong only in ways the clamping fully handles ("strict" cases)."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
-from helpers import DEVICES, kernel_skip_reason
+from helpers import DEVICES, kernel_skip_reason, run_cases_in_subprocess
 
 # name: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, strict); total_q = total_k
 # = 64. strict: max_seqlen covers every clamped sequence, so a kernel that clamps its rows to
@@ -79,17 +76,4 @@ def test_bad_cu_seqlens_do_not_crash(device, seed):
     reason = kernel_skip_reason(device, dtype, 64)
     if reason:
         pytest.skip(reason)
-    env = dict(os.environ)
-    env.setdefault("CUDA_LAUNCH_BLOCKING", "1")
-    res = subprocess.run(
-        [sys.executable, "-c", SCRIPT, device, str(dtype).split(".")[-1], repr(CASES),
-         str(seed)],
-        capture_output=True, text=True, timeout=300, env=env)
-    begun = [l.split()[1] for l in res.stdout.splitlines() if l.startswith("BEGIN")]
-    ended = [l.split()[1] for l in res.stdout.splitlines() if l.startswith("END")]
-    where = ""
-    if begun and (not ended or ended[-1] != begun[-1]):
-        where = f" in case {begun[-1]!r} {CASES[begun[-1]]}"
-    assert res.returncode == 0 and "DONE" in res.stdout, (
-        f"subprocess failed (rc={res.returncode}){where}\nstdout:\n{res.stdout[-3000:]}"
-        f"\nstderr:\n{res.stderr[-3000:]}")
+    run_cases_in_subprocess(SCRIPT, device, dtype, CASES, seed)

@@ -90,6 +90,15 @@ inline Backend choose_fwd(const FwdParams& p) {
   return sm80_or_fail("the forward");
 }
 
+// A CUDA call with a KV cache or paged keys (flash_attn_with_kvcache, block_table): the sm80
+// append and split-KV kernels; sm90 has none yet.
+inline Backend choose_fwd_kvcache() {
+  if (forced_backend() == Force::kSm90)
+    fail("FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call: it has "
+         "no KV-cache / paged-KV kernel yet");
+  return sm80_or_fail("the KV-cache / paged-KV forward");
+}
+
 // The backward of a CUDA call. It has no sm90 kernel yet: sm80 under either
 // FLASHATTN_FORCE_BACKEND value.
 inline Backend choose_bwd() {

@@ -1,4 +1,4 @@
-// The ops torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd}: input checks, output
+// The ops torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd,fwd_kvcache}: input checks, output
 // allocation through torch, params filling, dispatch to a backend. Stable ABI only.
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
@@ -55,6 +55,55 @@ void check_options(const Options& opt, const Problem& pb, const Tensor& q) {
   }
 }
 
+// q's dtype (float32 on CPU only) and device; k and v (named kn, vn) the same; every last
+// dimension contiguous.
+void check_dtypes(const Tensor& q, const Tensor& k, const char* kn, const Tensor& v,
+                  const char* vn) {
+  const ScalarType t = q.scalar_type();
+  FLASHATTN_CHECK(t == ScalarType::Half || t == ScalarType::BFloat16 ||
+                      (t == ScalarType::Float && q.is_cpu()),
+                  "q must have dtype float16 or bfloat16", q.is_cpu() ? " or float32" : "",
+                  " (float32 runs on CPU only), got ", dtype_name(t));
+  FLASHATTN_CHECK(k.scalar_type() == t, kn, " must have the same dtype as q (", dtype_name(t),
+                  "), got ", dtype_name(k.scalar_type()));
+  FLASHATTN_CHECK(v.scalar_type() == t, vn, " must have the same dtype as q (", dtype_name(t),
+                  "), got ", dtype_name(v.scalar_type()));
+  FLASHATTN_CHECK(q.is_cpu() || q.is_cuda(), "q must be a CPU or CUDA tensor");
+  check_same_device(k, kn, q);
+  check_same_device(v, vn, q);
+  check_last_contiguous(q, "q");
+  check_last_contiguous(k, kn);
+  check_last_contiguous(v, vn);
+}
+
+// Heads and head dims into pb: q's at dimension oq (heads, then headdim), k's and v's at ok.
+void check_heads(Problem& pb, const Tensor& q, int64_t oq, const Tensor& k, const char* kn,
+                 const Tensor& v, const char* vn, int64_t ok) {
+  pb.nheads = q.size(oq);
+  pb.nheads_k = k.size(ok);
+  pb.headdim = q.size(oq + 1);
+  pb.headdim_v = v.size(ok + 1);
+  check_size(v, vn, ok, pb.nheads_k, "nheads (must equal k's)");
+  check_size(k, kn, ok + 1, pb.headdim, "headdim (must equal q's)");
+  FLASHATTN_CHECK(pb.headdim >= 1 && pb.headdim <= kMaxHeadDim,
+                  "q headdim must be between 1 and ", kMaxHeadDim, ", got ", pb.headdim);
+  FLASHATTN_CHECK(pb.headdim_v >= 1 && pb.headdim_v <= kMaxHeadDim, vn,
+                  " headdim must be between 1 and ", kMaxHeadDim, ", got ", pb.headdim_v);
+  FLASHATTN_CHECK(pb.nheads_k >= 1 && pb.nheads >= 1, "q and ", kn,
+                  " must have at least one head, got ", pb.nheads, " and ", pb.nheads_k);
+  FLASHATTN_CHECK(pb.nheads < std::numeric_limits<int32_t>::max(), "q has too many heads (",
+                  pb.nheads, ")");
+  FLASHATTN_CHECK(pb.nheads % pb.nheads_k == 0, "nheads of q (", pb.nheads,
+                  ") must be divisible by nheads of ", kn, " and ", vn, " (", pb.nheads_k, ")");
+}
+
+void check_rows(const Problem& pb) {
+  FLASHATTN_CHECK(pb.total_q < std::numeric_limits<int32_t>::max() &&
+                      pb.total_k < std::numeric_limits<int32_t>::max() &&
+                      pb.seqlen_k < std::numeric_limits<int32_t>::max(),
+                  "too many tokens: q and k must have fewer than 2^31 rows");
+}
+
 // Validates q, k, v and returns the problem sizes. Padded: (B, S, H, d); varlen: (total, H, d).
 Problem check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool varlen) {
   const char* layout = varlen ? "(total_tokens, nheads, headdim)" : "(batch, seqlen, nheads, headdim)";
@@ -62,29 +111,10 @@ Problem check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool varlen
   check_dim(q, "q", nd, layout);
   check_dim(k, "k", nd, layout);
   check_dim(v, "v", nd, layout);
-  const ScalarType t = q.scalar_type();
-  FLASHATTN_CHECK(t == ScalarType::Half || t == ScalarType::BFloat16 ||
-                      (t == ScalarType::Float && q.is_cpu()),
-                  "q must have dtype float16 or bfloat16", q.is_cpu() ? " or float32" : "",
-                  " (float32 runs on CPU only), got ", dtype_name(t));
-  FLASHATTN_CHECK(k.scalar_type() == t, "k must have the same dtype as q (", dtype_name(t),
-                  "), got ", dtype_name(k.scalar_type()));
-  FLASHATTN_CHECK(v.scalar_type() == t, "v must have the same dtype as q (", dtype_name(t),
-                  "), got ", dtype_name(v.scalar_type()));
-  FLASHATTN_CHECK(q.is_cpu() || q.is_cuda(), "q must be a CPU or CUDA tensor");
-  check_same_device(k, "k", q);
-  check_same_device(v, "v", q);
-  check_last_contiguous(q, "q");
-  check_last_contiguous(k, "k");
-  check_last_contiguous(v, "v");
-
+  check_dtypes(q, k, "k", v, "v");
   Problem pb;
   pb.varlen = varlen;
   const int64_t o = varlen ? 1 : 2;  // index of the heads dimension
-  pb.nheads = q.size(o);
-  pb.nheads_k = k.size(o);
-  pb.headdim = q.size(o + 1);
-  pb.headdim_v = v.size(o + 1);
   if (!varlen) {
     pb.batch = q.size(0);
     pb.seqlen_q = q.size(1);
@@ -99,33 +129,25 @@ Problem check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool varlen
     pb.total_k = k.size(0);
     check_size(v, "v", 0, pb.total_k, "total_tokens (dim 0, must equal k's)");
   }
-  check_size(v, "v", o, pb.nheads_k, "nheads (must equal k's)");
-  check_size(k, "k", o + 1, pb.headdim, "headdim (must equal q's)");
-  FLASHATTN_CHECK(pb.headdim >= 1 && pb.headdim <= kMaxHeadDim,
-                  "q headdim must be between 1 and ", kMaxHeadDim, ", got ", pb.headdim);
-  FLASHATTN_CHECK(pb.headdim_v >= 1 && pb.headdim_v <= kMaxHeadDim,
-                  "v headdim must be between 1 and ", kMaxHeadDim, ", got ", pb.headdim_v);
-  FLASHATTN_CHECK(pb.nheads_k >= 1 && pb.nheads >= 1, "q and k must have at least one head, got ",
-                  pb.nheads, " and ", pb.nheads_k);
-  FLASHATTN_CHECK(pb.nheads < std::numeric_limits<int32_t>::max(), "q has too many heads (",
-                  pb.nheads, ")");
-  FLASHATTN_CHECK(pb.nheads % pb.nheads_k == 0, "nheads of q (", pb.nheads,
-                  ") must be divisible by nheads of k and v (", pb.nheads_k, ")");
-  FLASHATTN_CHECK(pb.total_q < std::numeric_limits<int32_t>::max() &&
-                      pb.total_k < std::numeric_limits<int32_t>::max(),
-                  "too many tokens: q and k must have fewer than 2^31 rows");
+  check_heads(pb, q, o, k, "k", v, "v", o);
+  check_rows(pb);
   return pb;
 }
 
+// dtype int32, on q's device, contiguous: the metadata the kernels index directly.
+void check_int32_meta(const Tensor& t, const char* name, const Tensor& q) {
+  FLASHATTN_CHECK(t.scalar_type() == ScalarType::Int, name, " must have dtype int32, got ",
+                  dtype_name(t.scalar_type()));
+  check_same_device(t, name, q);
+  FLASHATTN_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
 void check_cu_seqlens(const Tensor& cu, const char* name, const Tensor& q, int64_t batch) {
-  FLASHATTN_CHECK(cu.scalar_type() == ScalarType::Int, name, " must have dtype int32, got ",
-                  dtype_name(cu.scalar_type()));
   FLASHATTN_CHECK(cu.dim() == 1 && cu.size(0) >= 1, name,
                   " must be 1-D with batch + 1 entries, got shape ", shape_str(cu));
   FLASHATTN_CHECK(batch < 0 || cu.size(0) == batch + 1, name, " must have batch + 1 = ", batch + 1,
                   " entries (like cu_seqlens_q), got ", cu.size(0));
-  check_same_device(cu, name, q);
-  FLASHATTN_CHECK(cu.is_contiguous(), name, " must be contiguous");
+  check_int32_meta(cu, name, q);
 }
 
 void check_max_seqlen(int64_t m, const char* name) {
@@ -159,9 +181,41 @@ cpu::ParallelFor cpu_parallel_for() {
   return stream;
 }
 
-void dispatch_fwd(const FwdParams& p, const Tensor& q) {
+// The backend's workspace, zeroed, through torch's allocator (kept alive by the caller
+// until the backend's work is enqueued; the caching allocator orders reuse on the stream).
+std::pair<Tensor, Tensor> alloc_workspace(FwdParams& p, const WorkspaceSizes& ws,
+                                          const Tensor& q) {
+  Tensor f32 = new_empty({ws.f32_elems}, ScalarType::Float, q);
+  Tensor i32 = new_empty({ws.i32_elems}, ScalarType::Int, q);
+  torch::stable::zero_(f32);
+  torch::stable::zero_(i32);
+  p.workspace_f32 = static_cast<float*>(f32.data_ptr());
+  p.workspace_f32_elems = ws.f32_elems;
+  p.workspace_i32 = static_cast<int32_t*>(i32.data_ptr());
+  p.workspace_i32_elems = ws.i32_elems;
+  return {f32, i32};
+}
+
+// Calls with a KV cache or paged keys (sm80_backend.h: the split-KV kernels take them all).
+bool has_kvcache_fields(const FwdParams& p) {
+  return p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table;
+}
+
+// The caller holds a device guard for q's device.
+void dispatch_fwd_cuda_kvcache(FwdParams& p, const Tensor& q) {
+  choose_fwd_kvcache();
+#ifndef FLASHATTN_DISABLE_SM80
+  auto ws = alloc_workspace(p, sm80::fwd_kvcache_workspace(p), q);
+  sm80::run_fwd_kvcache(p, current_stream(q));
+#endif
+}
+
+// kvcache: a flash_attn_with_kvcache call (on CUDA the kvcache kernels run it, with or
+// without the kvcache fields).
+void dispatch_fwd(FwdParams& p, const Tensor& q, bool kvcache = false) {
   if (q.is_cpu()) return cpu::run_fwd(p, cpu_parallel_for());
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
+  if (kvcache || has_kvcache_fields(p)) return dispatch_fwd_cuda_kvcache(p, q);
   switch (choose_fwd(p)) {
 #ifndef FLASHATTN_DISABLE_SM90
     case Backend::kSm90: return sm90::run_fwd(p, current_stream(q));
@@ -174,19 +228,14 @@ void dispatch_fwd(const FwdParams& p, const Tensor& q) {
   }
 }
 
-// The backend's workspace, zeroed, through torch's allocator (kept alive by the caller
-// until the backend's work is enqueued; the caching allocator orders reuse on the stream).
-std::pair<Tensor, Tensor> alloc_workspace(BwdParams& p, const BwdWorkspaceSizes& ws,
-                                          const Tensor& q) {
-  Tensor f32 = new_empty({ws.f32_elems}, ScalarType::Float, q);
-  Tensor i32 = new_empty({ws.i32_elems}, ScalarType::Int, q);
-  torch::stable::zero_(f32);
-  torch::stable::zero_(i32);
-  p.workspace_f32 = static_cast<float*>(f32.data_ptr());
-  p.workspace_f32_elems = ws.f32_elems;
-  p.workspace_i32 = static_cast<int32_t*>(i32.data_ptr());
-  p.workspace_i32_elems = ws.i32_elems;
-  return {f32, i32};
+// flash_attn_with_kvcache's append + rotary step, before its attention (same stream).
+void dispatch_kvcache_append(const FwdParams& p, const KvAppendParams& a, const Tensor& q) {
+  if (q.is_cpu()) return cpu::run_kvcache_append(p, a, cpu_parallel_for());
+  torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
+  choose_fwd_kvcache();
+#ifndef FLASHATTN_DISABLE_SM80
+  sm80::run_kvcache_append(p, a, current_stream(q));
+#endif
 }
 
 void dispatch_bwd(BwdParams& p, const Tensor& q) {
@@ -210,22 +259,36 @@ Options make_options(double scale, bool causal, int64_t wl, int64_t wr, double s
   return Options{scale, causal, wl, wr, softcap, std::move(alibi), deterministic};
 }
 
-Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& pb,
-                     const Options& opt, const Tensor* cu_q, const Tensor* cu_k) {
-  check_options(opt, pb, q);
+// Fresh outputs: out (B, Sq, H, dv) / (total_q, H, dv) in q's dtype, lse (B, H, Sq) / (H, total_q).
+Tensors2 new_outputs(const Problem& pb, const Tensor& q) {
   Tensor out = pb.varlen ? new_empty({pb.total_q, pb.nheads, pb.headdim_v}, q.scalar_type(), q)
                          : new_empty({pb.batch, pb.seqlen_q, pb.nheads, pb.headdim_v},
                                      q.scalar_type(), q);
   Tensor lse = pb.varlen ? new_empty({pb.nheads, pb.total_q}, ScalarType::Float, q)
                          : new_empty({pb.batch, pb.nheads, pb.seqlen_q}, ScalarType::Float, q);
+  return {out, lse};
+}
+
+// Every row sees no key: out 0, lse -inf.
+Tensors2 no_keys(Tensor out, Tensor lse) {
+  torch::stable::zero_(out);
+  torch::stable::fill_(lse, -std::numeric_limits<double>::infinity());
+  return {out, lse};
+}
+
+// kv: the paged fields of a varlen call (block_table), else null.
+Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Problem& pb,
+                     const Options& opt, const Tensor* cu_q, const Tensor* cu_k,
+                     const KvCache* kv = nullptr) {
+  check_options(opt, pb, q);
+  auto [out, lse] = new_outputs(pb, q);
   if (pb.total_q == 0) return {out, lse};
-  if ((!pb.varlen && pb.seqlen_k == 0) || (pb.varlen && pb.batch == 0)) {  // no visible key
-    torch::stable::zero_(out);
-    torch::stable::fill_(lse, -std::numeric_limits<double>::infinity());
-    return {out, lse};
-  }
+  if ((!pb.varlen && pb.seqlen_k == 0) || (pb.varlen && pb.batch == 0) ||
+      (kv && pb.total_k == 0))  // no visible key (paged: no page)
+    return no_keys(out, lse);
   FwdParams p;
   fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
+  if (kv) fill_kvcache_params(p, *kv);
   dispatch_fwd(p, q);
   return {out, lse};
 }
@@ -273,7 +336,7 @@ Tensors3 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tenso
   return {dq, dk, dv};
 }
 
-// ---- the four ops ----
+// ---- the ops ----
 
 Tensors2 fwd(Tensor q, Tensor k, Tensor v, double softmax_scale, bool causal, int64_t window_left,
              int64_t window_right, double softcap, std::optional<Tensor> alibi_slopes,
@@ -293,29 +356,78 @@ Tensors3 bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softm
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, nullptr, nullptr);
 }
 
+// ---- paged KV (varlen_fwd's block_table) and flash_attn_with_kvcache ----
+
+// block_table: int32 (batch, max_num_blocks_per_seq) on q's device, last dim contiguous; k / v
+// (named kn, vn) then hold pages (num_blocks, page_block_size, nheads_k, d / dv). Fills kv's
+// paged fields and returns the capacity, max_num_blocks_per_seq * page_block_size.
+int64_t check_paged(const Tensor& bt, const Tensor& q, int64_t batch, const Tensor& k,
+                    const char* kn, const Tensor& v, const char* vn, KvCache& kv) {
+  FLASHATTN_CHECK(bt.scalar_type() == ScalarType::Int, "block_table must have dtype int32, got ",
+                  dtype_name(bt.scalar_type()));
+  FLASHATTN_CHECK(bt.dim() == 2 && bt.size(0) == batch,
+                  "block_table must have shape (batch, max_num_blocks_per_seq) with batch = ",
+                  batch, ", got ", shape_str(bt));
+  check_same_device(bt, "block_table", q);
+  check_last_contiguous(bt, "block_table");
+  const char* layout = "(num_blocks, page_block_size, nheads_k, headdim) with block_table";
+  check_dim(k, kn, 4, layout);
+  check_dim(v, vn, 4, layout);
+  check_size(v, vn, 0, k.size(0), "num_blocks (dim 0, must equal k's)");
+  check_size(v, vn, 1, k.size(1), "page_block_size (dim 1, must equal k's)");
+  kv.block_table = &bt;
+  kv.num_pages = k.size(0);
+  kv.page_size = k.size(1);
+  FLASHATTN_CHECK(kv.page_size > 0 && kv.page_size % 16 == 0, "the page size (", kn,
+                  " dim 1, page_block_size) must be a positive multiple of 16, got ",
+                  kv.page_size);
+  const int64_t capacity = bt.size(1) * kv.page_size;
+  FLASHATTN_CHECK(capacity < std::numeric_limits<int32_t>::max(),
+                  "block_table: max_num_blocks_per_seq * page_block_size (", bt.size(1), " * ",
+                  kv.page_size, ") must be below 2^31");
+  return capacity;
+}
+
+// block_table (paged prefill): k / v are pages, which check_paged validates into kv.
 Problem check_varlen(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_q,
-                     const Tensor& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k) {
-  Problem pb = check_qkv(q, k, v, /*varlen=*/true);
+                     const Tensor& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                     const Tensor* block_table = nullptr, KvCache* kv = nullptr) {
+  Problem pb = block_table ? Problem{} : check_qkv(q, k, v, /*varlen=*/true);
   check_cu_seqlens(cu_q, "cu_seqlens_q", q, -1);
   check_cu_seqlens(cu_k, "cu_seqlens_k", q, cu_q.size(0) - 1);
   check_max_seqlen(max_seqlen_q, "max_seqlen_q");
   check_max_seqlen(max_seqlen_k, "max_seqlen_k");
   pb.batch = cu_q.size(0) - 1;
-  // No sequence is longer than its tensor: clamping the hints keeps grid and workspace
-  // sizes in 32-bit range whatever the caller passes.
+  int64_t max_rows_k = pb.total_k;
+  if (block_table) {
+    check_dim(q, "q", 3, "(total_tokens, nheads, headdim)");
+    max_rows_k = check_paged(*block_table, q, pb.batch, k, "k", v, "v", *kv);
+    check_dtypes(q, k, "k", v, "v");
+    pb.varlen = true;
+    check_heads(pb, q, 1, k, "k", v, "v", 2);
+    pb.total_q = q.size(0);
+    pb.total_k = kv->num_pages * kv->page_size;
+    check_rows(pb);
+  }
+  // No sequence is longer than its tensor (paged: the block table's capacity): clamping the
+  // hints keeps grid and workspace sizes in 32-bit range whatever the caller passes.
   pb.seqlen_q = std::min(max_seqlen_q, pb.total_q);
-  pb.seqlen_k = std::min(max_seqlen_k, pb.total_k);
+  pb.seqlen_k = std::min(max_seqlen_k, max_rows_k);
   return pb;
 }
 
 Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k,
                     int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
                     int64_t window_left, int64_t window_right, double softcap,
-                    std::optional<Tensor> alibi_slopes, bool deterministic) {
-  Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+                    std::optional<Tensor> alibi_slopes, bool deterministic,
+                    std::optional<Tensor> block_table) {
+  KvCache kv;
+  const Tensor* bt = block_table ? &*block_table : nullptr;
+  Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bt,
+                            &kv);
   Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
                              std::move(alibi_slopes), deterministic);
-  return run_forward(q, k, v, pb, opt, &cu_seqlens_q, &cu_seqlens_k);
+  return run_forward(q, k, v, pb, opt, &cu_seqlens_q, &cu_seqlens_k, bt ? &kv : nullptr);
 }
 
 Tensors3 varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse,
@@ -327,6 +439,154 @@ Tensors3 varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tenso
   Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
                              std::move(alibi_slopes), deterministic);
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, &cu_seqlens_q, &cu_seqlens_k);
+}
+
+// q (B, Sq, H, d); k_cache / v_cache (B_cache, Sk, Hk, d / dv), or with block_table the pages
+// (num_blocks, page_block_size, Hk, d / dv). pb.seqlen_k is the capacity of a sequence.
+Problem check_kvcache(const Tensor& q, const Tensor& kc, const Tensor& vc,
+                      const std::optional<Tensor>& block_table, bool has_batch_idx, KvCache& kv) {
+  check_dim(q, "q", 4, "(batch, seqlen, nheads, headdim)");
+  Problem pb;
+  pb.batch = q.size(0);
+  pb.seqlen_q = q.size(1);
+  pb.total_q = pb.batch * pb.seqlen_q;
+  if (block_table) {
+    FLASHATTN_CHECK(!has_batch_idx, "cache_batch_idx cannot be combined with block_table (a "
+                    "paged cache is addressed through block_table)");
+    pb.seqlen_k = check_paged(*block_table, q, pb.batch, kc, "k_cache", vc, "v_cache", kv);
+  } else {
+    const char* layout = "(batch_cache, seqlen_cache, nheads_k, headdim)";
+    check_dim(kc, "k_cache", 4, layout);
+    check_dim(vc, "v_cache", 4, layout);
+    check_size(vc, "v_cache", 0, kc.size(0), "batch size (dim 0, must equal k_cache's)");
+    check_size(vc, "v_cache", 1, kc.size(1), "seqlen (dim 1, must equal k_cache's)");
+    FLASHATTN_CHECK(has_batch_idx || kc.size(0) >= pb.batch, "k_cache has batch size ",
+                    kc.size(0), " but q has ", pb.batch, ": without cache_batch_idx, sequence b "
+                    "reads cache batch b");
+    pb.seqlen_k = kc.size(1);
+    kv.kv_batch = kc.size(0);
+  }
+  check_dtypes(q, kc, "k_cache", vc, "v_cache");
+  check_heads(pb, q, 2, kc, "k_cache", vc, "v_cache", 2);
+  pb.total_k = kc.size(0) * kc.size(1);
+  check_rows(pb);
+  return pb;
+}
+
+// cache_seqlens, cache_batch_idx, cache_leftpad: int32 (batch,).
+const Tensor* check_batch_vector(const std::optional<Tensor>& t, const char* name,
+                                 const Tensor& q, int64_t batch) {
+  if (!t) return nullptr;
+  FLASHATTN_CHECK(t->dim() == 1 && t->size(0) == batch, name, " must have shape (batch,) = (",
+                  batch, ",), got ", shape_str(*t));
+  check_int32_meta(*t, name, q);
+  return &*t;
+}
+
+// k / v, the rows to append: (batch, seqlen_new, nheads_k, d / dv), like q and the caches.
+// Returns seqlen_new (0 without them).
+int64_t check_new_kv(const std::optional<Tensor>& k, const std::optional<Tensor>& v,
+                     const Tensor& q, const Problem& pb, bool has_seqlens) {
+  if (!k && !v) return 0;
+  FLASHATTN_CHECK(k && v, "k and v (the rows to append to the cache) must be given together, "
+                  "got only ", k ? "k" : "v");
+  FLASHATTN_CHECK(has_seqlens, "k and v need cache_seqlens (the cache rows they go to)");
+  const char* layout = "(batch, seqlen_new, nheads_k, headdim)";
+  check_dim(*k, "k", 4, layout);
+  check_dim(*v, "v", 4, layout);
+  check_dtypes(q, *k, "k", *v, "v");
+  check_size(*k, "k", 0, pb.batch, "batch size (must equal q's)");
+  check_size(*v, "v", 0, pb.batch, "batch size (must equal q's)");
+  check_size(*v, "v", 1, k->size(1), "seqlen_new (dim 1, must equal k's)");
+  check_size(*k, "k", 2, pb.nheads_k, "nheads (must equal k_cache's)");
+  check_size(*v, "v", 2, pb.nheads_k, "nheads (must equal v_cache's)");
+  check_size(*k, "k", 3, pb.headdim, "headdim (must equal q's)");
+  check_size(*v, "v", 3, pb.headdim_v, "headdim (must equal v_cache's)");
+  FLASHATTN_CHECK(k->size(1) <= pb.seqlen_k, "k has seqlen_new ", k->size(1),
+                  " rows, more than the cache holds (", pb.seqlen_k, ")");
+  return k->size(1);
+}
+
+// rotary_cos / rotary_sin: (seqlen_ro, rotary_dim / 2) in q's dtype, rotary_dim even and at
+// most headdim, seqlen_ro at least the capacity. Made contiguous where their layouts differ
+// (the kernels take one row stride for both).
+void check_rotary(std::optional<Tensor>& cos, std::optional<Tensor>& sin, const Tensor& q,
+                  const Problem& pb, bool has_seqlens) {
+  if (!cos && !sin) return;
+  FLASHATTN_CHECK(cos && sin, "rotary_cos and rotary_sin must be given together, got only ",
+                  cos ? "rotary_cos" : "rotary_sin");
+  FLASHATTN_CHECK(has_seqlens, "rotary_cos / rotary_sin need cache_seqlens (the positions)");
+  for (const auto& [t, name] : {std::pair{&*cos, "rotary_cos"}, {&*sin, "rotary_sin"}}) {
+    check_dim(*t, name, 2, "(seqlen_ro, rotary_dim / 2)");
+    FLASHATTN_CHECK(t->scalar_type() == q.scalar_type(), name, " must have q's dtype (",
+                    dtype_name(q.scalar_type()), "), got ", dtype_name(t->scalar_type()));
+    check_same_device(*t, name, q);
+  }
+  check_size(*sin, "rotary_sin", 0, cos->size(0), "seqlen_ro (dim 0, must equal rotary_cos's)");
+  check_size(*sin, "rotary_sin", 1, cos->size(1),
+             "rotary_dim / 2 (dim 1, must equal rotary_cos's)");
+  const int64_t rotary_dim = 2 * cos->size(1);
+  FLASHATTN_CHECK(rotary_dim >= 2 && rotary_dim <= pb.headdim, "rotary_cos has ", cos->size(1),
+                  " columns: rotary_dim = 2 * that must be between 2 and headdim (", pb.headdim,
+                  ")");
+  FLASHATTN_CHECK(cos->size(0) >= pb.seqlen_k, "rotary_cos / rotary_sin have ", cos->size(0),
+                  " rows (seqlen_ro), fewer than the cache capacity (", pb.seqlen_k, ")");
+  if (cos->stride(-1) != 1 || sin->stride(-1) != 1 || cos->stride(0) != sin->stride(0)) {
+    cos = torch::stable::contiguous(*cos);
+    sin = torch::stable::contiguous(*sin);
+  }
+}
+
+// The append step's q_rot buffer is q rotated (q's shape, contiguous): the attention reads it.
+void read_q_from(FwdParams& p, const Tensor& q_rot) {
+  auto s = strides_of(q_rot);
+  p.q_ptr = q_rot.data_ptr();
+  p.q_batch_stride = s.batch, p.q_row_stride = s.row, p.q_head_stride = s.head;
+}
+
+Tensors2 fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, std::optional<Tensor> k,
+                     std::optional<Tensor> v, std::optional<Tensor> rotary_cos,
+                     std::optional<Tensor> rotary_sin, std::optional<Tensor> cache_seqlens,
+                     std::optional<Tensor> cache_batch_idx, std::optional<Tensor> cache_leftpad,
+                     std::optional<Tensor> block_table, double softmax_scale, bool causal,
+                     int64_t window_left, int64_t window_right, double softcap,
+                     bool rotary_interleaved, std::optional<Tensor> alibi_slopes,
+                     int64_t num_splits) {
+  KvCache kv;
+  Problem pb = check_kvcache(q, k_cache, v_cache, block_table, cache_batch_idx.has_value(), kv);
+  kv.cache_seqlens = check_batch_vector(cache_seqlens, "cache_seqlens", q, pb.batch);
+  kv.cache_batch_idx = check_batch_vector(cache_batch_idx, "cache_batch_idx", q, pb.batch);
+  FLASHATTN_CHECK(!(cache_leftpad && block_table), "cache_leftpad cannot be combined with "
+                  "block_table (as in flash-attn)");
+  kv.cache_leftpad = check_batch_vector(cache_leftpad, "cache_leftpad", q, pb.batch);
+  kv.seqlen_knew = check_new_kv(k, v, q, pb, cache_seqlens.has_value());
+  check_rotary(rotary_cos, rotary_sin, q, pb, cache_seqlens.has_value());
+  FLASHATTN_CHECK(num_splits >= 0 && num_splits < std::numeric_limits<int32_t>::max(),
+                  "num_splits must be >= 0 (0: the backend chooses), got ", num_splits);
+  kv.num_splits = num_splits;
+  Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
+                             std::move(alibi_slopes), false);
+  check_options(opt, pb, q);
+
+  auto [out, lse] = new_outputs(pb, q);
+  if (pb.batch == 0) return {out, lse};
+  if (pb.total_k == 0 || pb.seqlen_k == 0) return no_keys(out, lse);  // no cache row at all
+  FwdParams p;
+  fill_fwd_params(p, pb, q, k_cache, v_cache, &out, &lse, opt, nullptr, nullptr);
+  fill_kvcache_params(p, kv);
+  Tensor q_rot;  // alive until the attention is enqueued
+  if (k || rotary_cos) {
+    if (rotary_cos)
+      q_rot = new_empty({pb.batch, pb.seqlen_q, pb.nheads, pb.headdim}, q.scalar_type(), q);
+    KvAppendParams a;
+    fill_kvappend_params(a, p, k ? &*k : nullptr, v ? &*v : nullptr,
+                         rotary_cos ? &*rotary_cos : nullptr, rotary_sin ? &*rotary_sin : nullptr,
+                         rotary_interleaved, rotary_cos ? &q_rot : nullptr);
+    dispatch_kvcache_append(p, a, q);
+    if (rotary_cos) read_q_from(p, q_rot);
+  }
+  if (pb.total_q > 0) dispatch_fwd(p, q, /*kvcache=*/true);
+  return {out, lse};
 }
 
 // The backend a call would run (the ops' own choice, with the same input checks), as
@@ -365,6 +625,7 @@ STABLE_TORCH_LIBRARY(flashattn, m) {
   m.def(flashattn::api::kBwdSchema);
   m.def(flashattn::api::kVarlenFwdSchema);
   m.def(flashattn::api::kVarlenBwdSchema);
+  m.def(flashattn::api::kFwdKvcacheSchema);
 }
 
 STABLE_TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
@@ -373,6 +634,7 @@ STABLE_TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
   m.impl("bwd", TORCH_BOX(&flashattn::api::bwd));
   m.impl("varlen_fwd", TORCH_BOX(&flashattn::api::varlen_fwd));
   m.impl("varlen_bwd", TORCH_BOX(&flashattn::api::varlen_bwd));
+  m.impl("fwd_kvcache", TORCH_BOX(&flashattn::api::fwd_kvcache));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
@@ -381,4 +643,5 @@ STABLE_TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
   m.impl("bwd", TORCH_BOX(&flashattn::api::bwd));
   m.impl("varlen_fwd", TORCH_BOX(&flashattn::api::varlen_fwd));
   m.impl("varlen_bwd", TORCH_BOX(&flashattn::api::varlen_bwd));
+  m.impl("fwd_kvcache", TORCH_BOX(&flashattn::api::fwd_kvcache));
 }

@@ -1,4 +1,5 @@
-// The one place that turns tensors + options into FwdParams / BwdParams.
+// The one place that turns tensors + options into FwdParams / BwdParams (and the kvcache
+// fields of FwdParams plus KvAppendParams).
 #pragma once
 #include <cmath>
 #include <optional>
@@ -32,12 +33,13 @@ inline DType to_dtype(ScalarType t) {
   }
 }
 
-// Strides of a (B, S, H, d) or (total, H, d) tensor as (batch, row, head); batch is 0 in varlen.
+// Strides of a (B, S, H, d) tensor (paged: (num_pages, page_size, H, d)) or of a varlen
+// (total, H, d) one as (batch, row, head); batch is 0 in varlen.
 struct Strides3 {
   int64_t batch, row, head;
 };
-inline Strides3 strides_of(const Tensor& t, bool varlen) {
-  if (varlen) return {0, t.stride(0), t.stride(1)};
+inline Strides3 strides_of(const Tensor& t) {
+  if (t.dim() == 3) return {0, t.stride(0), t.stride(1)};
   return {t.stride(0), t.stride(1), t.stride(2)};
 }
 
@@ -52,9 +54,9 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
   p.v_ptr = v.data_ptr();
   p.o_ptr = out ? out->data_ptr() : nullptr;
   p.lse_ptr = lse ? static_cast<float*>(lse->data_ptr()) : nullptr;
-  auto sq = strides_of(q, vl), sk = strides_of(k, vl), sv = strides_of(v, vl);
+  auto sq = strides_of(q), sk = strides_of(k), sv = strides_of(v);
   const int64_t dv = pb.headdim_v;
-  auto so = out ? strides_of(*out, vl)
+  auto so = out ? strides_of(*out)
                 : Strides3{vl ? 0 : pb.seqlen_q * pb.nheads * dv, pb.nheads * dv, dv};
   p.q_batch_stride = sq.batch, p.q_row_stride = sq.row, p.q_head_stride = sq.head;
   p.k_batch_stride = sk.batch, p.k_row_stride = sk.row, p.k_head_stride = sk.head;
@@ -106,10 +108,9 @@ inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout,
                             const Tensor& dv, const Tensor& dsoftmax_sum, const Options& opt,
                             const Tensor* cu_q, const Tensor* cu_k) {
   fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
-  const bool vl = pb.varlen;
   p.do_ptr = dout.data_ptr();
-  auto sdo = strides_of(dout, vl), sdq = strides_of(dq, vl), sdk = strides_of(dk, vl),
-       sdv = strides_of(dv, vl);
+  auto sdo = strides_of(dout), sdq = strides_of(dq), sdk = strides_of(dk),
+       sdv = strides_of(dv);
   p.do_batch_stride = sdo.batch, p.do_row_stride = sdo.row, p.do_head_stride = sdo.head;
   p.dq_ptr = dq.data_ptr();
   p.dq_batch_stride = sdq.batch, p.dq_row_stride = sdq.row, p.dq_head_stride = sdq.head;
@@ -119,6 +120,74 @@ inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout,
   p.dv_batch_stride = sdv.batch, p.dv_row_stride = sdv.row, p.dv_head_stride = sdv.head;
   p.dsoftmax_sum = static_cast<float*>(dsoftmax_sum.data_ptr());
   p.deterministic = opt.deterministic;
+}
+
+// The KV cache / paged inputs of a call, validated by the op (flash_api.cpp). Paged: k / v
+// are (num_pages, page_size, nheads_k, d) and pb.seqlen_k is max_pages_per_seq * page_size.
+struct KvCache {
+  const Tensor* cache_seqlens = nullptr;  // seqused_k
+  const Tensor* cache_leftpad = nullptr;  // leftpad_k
+  const Tensor* cache_batch_idx = nullptr;
+  const Tensor* block_table = nullptr;
+  int64_t kv_batch = 0;  // k / v's batch size (cache_batch_idx is clamped to it)
+  int64_t seqlen_knew = 0;
+  int64_t page_size = 0, num_pages = 0;
+  int64_t num_splits = 0;
+};
+
+inline const int32_t* i32_ptr(const Tensor* t) {
+  return t ? static_cast<const int32_t*>(t->data_ptr()) : nullptr;
+}
+
+// The kvcache / paged fields of FwdParams, after fill_fwd_params.
+inline void fill_kvcache_params(FwdParams& p, const KvCache& kv) {
+  p.seqused_k = i32_ptr(kv.cache_seqlens);
+  p.leftpad_k = i32_ptr(kv.cache_leftpad);
+  p.kv_batch_idx = i32_ptr(kv.cache_batch_idx);
+  p.kv_batch = static_cast<int32_t>(kv.kv_batch);
+  p.seqlen_knew = static_cast<int32_t>(kv.seqlen_knew);
+  if (kv.block_table) {
+    p.block_table = i32_ptr(kv.block_table);
+    p.block_table_batch_stride = kv.block_table->stride(0);
+    p.page_size = static_cast<int32_t>(kv.page_size);
+    p.num_pages = static_cast<int32_t>(kv.num_pages);
+    p.max_pages_per_seq = static_cast<int32_t>(kv.block_table->size(1));
+    // The capacity (params.h); a varlen call's pb.seqlen_k is its max_seqlen_k, which the
+    // window was normalised with, as flash-attn does.
+    p.seqlen_k = p.max_pages_per_seq * p.page_size;
+  }
+  p.num_splits = static_cast<int32_t>(kv.num_splits);
+}
+
+// The append + rotary step (params.h, KvAppendParams) of a call whose FwdParams are filled:
+// k_new / v_new are (batch, seqlen_knew, nheads_k, d / dv) or null, cos / sin
+// (seqlen_ro, rotary_dim / 2) with one row stride, or null; q_rot has q's shape.
+inline void fill_kvappend_params(KvAppendParams& a, const FwdParams& p, const Tensor* k_new,
+                                 const Tensor* v_new, const Tensor* cos, const Tensor* sin,
+                                 bool interleaved, const Tensor* q_rot) {
+  if (k_new && v_new) {
+    a.knew_ptr = k_new->data_ptr();
+    a.vnew_ptr = v_new->data_ptr();
+    auto sk = strides_of(*k_new), sv = strides_of(*v_new);
+    a.knew_batch_stride = sk.batch, a.knew_row_stride = sk.row, a.knew_head_stride = sk.head;
+    a.vnew_batch_stride = sv.batch, a.vnew_row_stride = sv.row, a.vnew_head_stride = sv.head;
+  }
+  if (cos && sin) {
+    a.rotary_cos = cos->data_ptr();
+    a.rotary_sin = sin->data_ptr();
+    a.rotary_stride = cos->stride(0);
+    a.seqlen_ro = static_cast<int32_t>(cos->size(0));
+    a.rotary_dim = static_cast<int32_t>(2 * cos->size(1));
+    a.rotary_interleaved = interleaved;
+    // As flash-attn: q rows at their own positions when causal or local (the window is
+    // normalised by fill_fwd_params), all at the cache length otherwise.
+    a.q_rot_per_row = p.window_left >= 0 || p.window_right >= 0;
+  }
+  if (q_rot) {
+    a.q_rot_ptr = q_rot->data_ptr();
+    auto sr = strides_of(*q_rot);
+    a.q_rot_batch_stride = sr.batch, a.q_rot_row_stride = sr.row, a.q_rot_head_stride = sr.head;
+  }
 }
 
 }  // namespace flashattn::api

@@ -21,17 +21,34 @@ inline constexpr const char* kBwdSchema =
 
 // Varlen layout: q (total_q, H, d), k (total_k, Hk, d), v (total_k, Hk, dv),
 // cu_seqlens_q/k int32 (B + 1). Returns out (total_q, H, dv), softmax_lse (H, total_q) fp32.
+// With block_table int32 (B, max_pages) (paged KV): k (num_pages, page_size, Hk, d), v
+// (num_pages, page_size, Hk, dv), sequence b's cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys
+// from its first page on; forward only (the autograd backward raises).
 inline constexpr const char* kVarlenFwdSchema =
     "varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
     "int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
-    "bool deterministic=False) -> (Tensor out, Tensor softmax_lse)";
+    "bool deterministic=False, Tensor? block_table=None) -> (Tensor out, Tensor softmax_lse)";
 
 inline constexpr const char* kVarlenBwdSchema =
     "varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
     "Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, "
     "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
     "Tensor? alibi_slopes, bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)";
+
+// flash_attn_with_kvcache: appends k / v (B, Sk_new, Hk, d / dv) into the caches in place at
+// rows cache_seqlens[b] + i (rotated by rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2),
+// as q is for the attention), then attends q (B, Sq, H, d) to the cache rows [cache_leftpad[b],
+// cache_seqlens[b] + Sk_new) of batch cache_batch_idx[b]. Caches (B_cache, Sk, Hk, d / dv), or
+// paged (num_pages, page_size, Hk, d / dv) with block_table (B, max_pages); every metadata
+// tensor int32. num_splits: the CUDA split-KV count, 0 = chosen. Returns out (B, Sq, H, dv),
+// softmax_lse (B, H, Sq) fp32; no autograd.
+inline constexpr const char* kFwdKvcacheSchema =
+    "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
+    "Tensor? rotary_cos, Tensor? rotary_sin, Tensor? cache_seqlens, Tensor? cache_batch_idx, "
+    "Tensor? cache_leftpad, Tensor? block_table, float softmax_scale, bool causal, "
+    "int window_left, int window_right, float softcap, bool rotary_interleaved, "
+    "Tensor? alibi_slopes, int num_splits) -> (Tensor out, Tensor softmax_lse)";
 
 // Which backend ("cpu", "sm80", "sm80-ptx", "sm90") the fwd / bwd direction of a call with
 // these inputs would run; varlen when cu_seqlens_q/k are given. Raises what the call would.

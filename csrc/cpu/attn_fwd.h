@@ -1,6 +1,7 @@
 // Forward of the CPU backend: one task = (batch, head, bm query rows, see fwd_block_m); it
 // streams the key tiles (kFwdBlockN columns) its rows can see with an online softmax, as the
-// GPU kernels do.
+// GPU kernels do. Keys come from the KV batch and row range of seq_info (KV cache) or
+// through the block table (paged).
 // Included inside namespace flashattn::cpu::FLASHATTN_CPU_ISA after scores.h.
 
 template <DType kDt>
@@ -13,6 +14,24 @@ struct FwdKernel {
     const int d = p.headdim, dvp = round_up(p.headdim_v, kColPad);
     return int64_t(bm) * d + int64_t(d) * kBN + int64_t(kBN) * dvp + int64_t(bm) * kBN +
            int64_t(bm) * dvp + 2 * bm + d;
+  }
+
+  // Paged KV: the tile of logical key rows [r0, r0 + n) of sequence b, one run of rows per
+  // page (params.h, page_of); k / v point at the head's column in page 0.
+  static void load_paged(const FwdParams& p, int b, int64_t r0, int n, const T* k, const T* v,
+                         float* kt, float* vs, float* tmp) {
+    const int dvp = round_up(p.headdim_v, kColPad);
+    for (int j = 0; j < n;) {
+      const int64_t r = r0 + j, page = page_of(p, b, r);
+      const int row = static_cast<int>(r % p.page_size);
+      const int run = n - j < p.page_size - row ? n - j : p.page_size - row;
+      load_transposed<kDt>(k + page * p.k_batch_stride + row * p.k_row_stride, p.k_row_stride,
+                           run, p.headdim, kt + j, kBN, tmp);
+      const T* vp = v + page * p.v_batch_stride + row * p.v_row_stride;
+      for (int i = 0; i < run; ++i)
+        load_row_vec<kDt>(vp + i * p.v_row_stride, p.headdim_v, dvp, vs + (j + i) * dvp);
+      j += run;
+    }
   }
 
   // Query rows [m_block * bm, + bm) of (b, h).
@@ -37,10 +56,14 @@ struct FwdKernel {
 
     const T* q = static_cast<const T*>(p.q_ptr) + b * p.q_batch_stride +
                  (seq.q_row0 + i0) * p.q_row_stride + h * p.q_head_stride;
-    const T* k = static_cast<const T*>(p.k_ptr) + b * p.k_batch_stride +
-                 seq.k_row0 * p.k_row_stride + hk * p.k_head_stride;
-    const T* v = static_cast<const T*>(p.v_ptr) + b * p.v_batch_stride +
-                 seq.k_row0 * p.v_row_stride + hk * p.v_head_stride;
+    // Key row j of the sequence: k + j * k_row_stride; paged, through load_paged.
+    const bool paged = p.block_table != nullptr;
+    const T* k = static_cast<const T*>(p.k_ptr) + hk * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v_ptr) + hk * p.v_head_stride;
+    if (!paged) {
+      k += seq.k_batch * p.k_batch_stride + seq.k_row0 * p.k_row_stride;
+      v += seq.k_batch * p.v_batch_stride + seq.k_row0 * p.v_row_stride;
+    }
     for (int i = 0; i < m; ++i) load_row_vec<kDt>(q + i * p.q_row_stride, d, d, qs + i * d);
     for (int64_t x = 0; x < int64_t(m) * dvp; ++x) o[x] = 0.f;
     const float neg_inf = -__builtin_inff();
@@ -51,12 +74,17 @@ struct FwdKernel {
     for (int j0 = n_begin; j0 < n_end; j0 += kBN) {
       const int n = n_end - j0 < kBN ? n_end - j0 : kBN;
       const int nc = round_up(n, kW);
-      load_transposed<kDt>(k + int64_t(j0) * p.k_row_stride, p.k_row_stride, n, d, kt, kBN, tmp);
-      for (int j = 0; j < n; ++j)
-        load_row_vec<kDt>(v + int64_t(j0 + j) * p.v_row_stride, dv, dvp, vs + j * dvp);
+      if (paged) {
+        load_paged(p, b, seq.k_row0 + j0, n, k, v, kt, vs, tmp);
+      } else {
+        load_transposed<kDt>(k + int64_t(j0) * p.k_row_stride, p.k_row_stride, n, d, kt, kBN,
+                             tmp);
+        for (int j = 0; j < n; ++j)
+          load_row_vec<kDt>(v + int64_t(j0 + j) * p.v_row_stride, dv, dvp, vs + j * dvp);
+      }
       for (int c = 0; c < d; ++c)
         for (int j = n; j < nc; ++j) kt[c * kBN + j] = 0.f;
-      if (j0 + kBN < n_end) {
+      if (!paged && j0 + kBN < n_end) {
         const int n_next = n_end - j0 - kBN < kBN ? n_end - j0 - kBN : kBN;
         prefetch_rows(k + int64_t(j0 + kBN) * p.k_row_stride, p.k_row_stride * sizeof(T), n_next,
                       d * sizeof(T));

@@ -1,0 +1,302 @@
+"""flash_attn_with_kvcache and paged KV: out, softmax_lse and the caches after the append
+against the float64 reference (tests/reference.py kvcache_ref), over flash-attn's kvcache
+parametrisation as a pairwise covering set plus hard corners; paged prefill through
+flash_attn_varlen_func(block_table=...). Wrong metadata, argument errors, torch.compile and
+opcheck: tests/test_kvcache_edges.py."""
+import math
+
+import pytest
+import torch
+
+import flashattn
+from helpers import (DEVICES, DTYPES, assert_close, case_id, covering_set, dtypes_for, rand,
+                     skip_if_no_kernel)
+from reference import paged_varlen_ref, ref_and_lowp_kvcache
+
+BATCH = 2
+HEADS = {"mha": (6, 6), "gqa": (6, 3), "mqa": (6, 1)}
+# (seqlen_q, cache capacity), flash-attn's test_flash_attn_kvcache list with its longest
+# caches shortened for the CPU (the (16, 20000) corner below keeps one long cache).
+SEQLENS = [(1, 128), (1, 339), (3, 1024), (64, 800), (64, 256), (3, 799), (64, 2048),
+           (128, 128)]
+
+
+def _factors(device):
+    return dict(
+        dtype=dtypes_for(device),
+        hd=[(32, 32), (59, 59), (64, 64), (80, 80), (128, 128), (256, 256), (96, 64)],
+        sl=SEQLENS,
+        heads=list(HEADS),
+        new_kv=[False, True],
+        new_eq_q=[True, False],  # seqlen_new == seqlen_q, or a random 1..seqlen_q
+        rotary=[0.0, 0.5, 1.0],  # fraction of the head dim rotated
+        interleaved=[False, True],
+        paged=[None, 16, 64, 256],
+        causal=[False, True],
+        local=[False, True],
+        softcap=[0.0, 2.0],
+        alibi=[False, True],
+        leftpad=[False, True],
+        batch_idx=[False, True],
+        num_splits=[0, 1, 3],
+    )
+
+
+def _valid(c):
+    # As flash-attn: no cache_batch_idx or cache_leftpad with a paged cache.
+    return c["paged"] is None or not (c["leftpad"] or c["batch_idx"])
+
+
+HARD_CORNERS = [
+    # flash-attn's longest decode cache (128k), MQA, 256-row pages
+    dict(dtype="fp16", hd=(64, 64), sl=(1, 128 * 1024), heads="mqa", new_kv=True,
+         new_eq_q=True, rotary=1.0, interleaved=True, paged=256, causal=True, local=False,
+         softcap=0.0, alibi=True, leftpad=False, batch_idx=False, num_splits=0),
+    # one long cache, GQA, paged with small pages, rotary over half the dims
+    dict(dtype="bf16", hd=(128, 128), sl=(16, 20000), heads="gqa", new_kv=True, new_eq_q=True,
+         rotary=0.5, interleaved=False, paged=16, causal=True, local=False, softcap=0.0,
+         alibi=False, leftpad=False, batch_idx=False, num_splits=0),
+    # everything a contiguous cache takes at once, MQA, odd head dim
+    dict(dtype="fp16", hd=(59, 59), sl=(3, 799), heads="mqa", new_kv=True, new_eq_q=False,
+         rotary=1.0, interleaved=True, paged=None, causal=True, local=True, softcap=2.0,
+         alibi=True, leftpad=True, batch_idx=True, num_splits=3),
+    # the append fills the cache to its last row (cache_seqlens = capacity - seqlen_new)
+    dict(dtype="bf16", hd=(64, 64), sl=(64, 256), heads="gqa", new_kv=True, new_eq_q=True,
+         rotary=1.0, interleaved=False, paged=64, causal=True, local=False, softcap=0.0,
+         alibi=False, leftpad=False, batch_idx=False, num_splits=1, full=True),
+    # rotary of q alone (no append; flash-attn requires k there, the contract does not)
+    dict(dtype="fp16", hd=(80, 80), sl=(3, 1024), heads="mha", new_kv=False, new_eq_q=True,
+         rotary=0.5, interleaved=True, paged=256, causal=False, local=True, softcap=0.0,
+         alibi=True, leftpad=False, batch_idx=False, num_splits=0),
+    # non-contiguous q, caches and new rows (every stride but the last differs)
+    dict(dtype="bf16", hd=(96, 64), sl=(64, 800), heads="gqa", new_kv=True, new_eq_q=False,
+         rotary=1.0, interleaved=True, paged=None, causal=False, local=False, softcap=2.0,
+         alibi=False, leftpad=True, batch_idx=True, num_splits=0, noncontig=True),
+    dict(dtype="fp32", hd=(111, 111), sl=(128, 128), heads="gqa", new_kv=True, new_eq_q=False,
+         rotary=0.5, interleaved=False, paged=16, causal=True, local=True, softcap=2.0,
+         alibi=True, leftpad=False, batch_idx=False, num_splits=0, noncontig=True),
+]
+
+
+def _params():
+    out = []
+    for device in DEVICES:
+        # Two covering sets: every pair of factor values twice, more triples than one gives.
+        for seed in (3, 11):
+            for c in covering_set(_factors(device), seed=seed, valid=_valid):
+                out.append(pytest.param(device, c, id=f"{device}-s{seed}-{case_id(c)}"))
+        for c in HARD_CORNERS:
+            if c["dtype"] in dtypes_for(device):
+                out.append(pytest.param(device, c, id=f"{device}-corner-{case_id(c)}"))
+    return out
+
+
+def paged_cache(k_cache, page_size, batch, extra_pages=3):
+    """A pool of pages holding each sequence's rows, shuffled: (pages, block_table), with
+    extra_pages pages no sequence uses. k_cache (batch, capacity, ...), capacity a multiple of
+    page_size."""
+    n = k_cache.shape[1] // page_size
+    pool = batch * n + extra_pages
+    block_table = torch.randperm(pool, device=k_cache.device)[: batch * n].view(batch, n)
+    pages = rand([pool, page_size, *k_cache.shape[2:]], k_cache.dtype, k_cache.device)
+    pages[block_table.flatten()] = k_cache.reshape(batch * n, page_size, *k_cache.shape[2:])
+    return pages, block_table.to(torch.int32)
+
+
+def make_inputs(device, c):
+    """The call's arguments (a dict for flash_attn_with_kvcache) from case c, fresh random."""
+    dtype = DTYPES[c["dtype"]]
+    d, dv = c["hd"]
+    sq, sk = c["sl"]
+    H, Hk = HEADS[c["heads"]]
+    nc = c.get("noncontig", False)
+    page = c["paged"]
+    cap = sk if page is None else math.ceil(sk / page) * page
+    new = sq if c["new_eq_q"] else int(torch.randint(1, sq + 1, ()))
+    rd = int(c["rotary"] * d) // 2 * 2
+    b_cache = 2 * BATCH + 1 if c["batch_idx"] else BATCH
+    q = rand([BATCH, sq, H, d], dtype, device, nc)
+    k_cache = rand([b_cache, cap, Hk, d], dtype, device, nc)
+    v_cache = rand([b_cache, cap, Hk, dv], dtype, device, nc)
+    args = dict(q=q, causal=c["causal"], softcap=c["softcap"], num_splits=c["num_splits"],
+                rotary_interleaved=c["interleaved"])
+    if c["new_kv"]:
+        args.update(k=rand([BATCH, new, Hk, d], dtype, device, nc),
+                    v=rand([BATCH, new, Hk, dv], dtype, device, nc))
+    # As flash-attn's test: the new rows fit, and so do q's rotary positions.
+    used = new if c["new_kv"] else 0
+    room = cap - (sq if rd and (c["causal"] or c["local"]) else used)
+    lo = 0 if c["new_kv"] else 1
+    seqlens = torch.randint(lo, max(lo, room) + 1, (BATCH,), dtype=torch.int32)
+    if c.get("full"):
+        seqlens[:] = cap - used
+    args["cache_seqlens"] = seqlens.to(device)
+    if c["leftpad"]:
+        args["cache_leftpad"] = (torch.rand(BATCH) * seqlens).to(torch.int32).to(device)
+    if c["batch_idx"]:
+        args["cache_batch_idx"] = torch.randperm(b_cache, device=device)[:BATCH].to(torch.int32)
+    if c["local"]:
+        args["window_size"] = tuple(int(x) for x in torch.randint(0, cap, (2,)))
+    if c["alibi"]:
+        args["alibi_slopes"] = torch.rand(BATCH, H, device=device) * 0.3
+    if rd:
+        # seqlen_ro above the capacity sometimes: positions index the table from row 0.
+        angle = torch.rand(cap + int(torch.randint(0, 3, ())) * 17, rd // 2, device=device)
+        args["rotary_cos"] = torch.cos(angle * 2 * math.pi).to(dtype)
+        args["rotary_sin"] = torch.sin(angle * 2 * math.pi).to(dtype)
+    if page is None:
+        args.update(k_cache=k_cache, v_cache=v_cache)
+    else:
+        k_pages, bt = paged_cache(k_cache, page, BATCH)
+        v_pages = rand([k_pages.shape[0], page, Hk, dv], dtype, device)
+        v_pages[bt.long().flatten()] = v_cache.reshape(-1, page, Hk, dv)
+        args.update(k_cache=k_pages, v_cache=v_pages, block_table=bt)
+    return args
+
+
+def _reference(args):
+    kw = {n: x for n, x in args.items() if n not in ("num_splits",)}
+    return ref_and_lowp_kvcache(**kw)
+
+
+def check_kvcache_call(args, dtype, name=""):
+    """Runs flash_attn_with_kvcache on fresh copies of the caches and checks out, lse and the
+    caches (appended rows under the tolerance rule, bit-exact without rotary; every other row
+    untouched). Returns (out, lse)."""
+    ref, low = _reference(args)
+    k0, v0 = args["k_cache"], args["v_cache"]
+    call = dict(args, k_cache=k0.clone(), v_cache=v0.clone())
+    out, lse = flashattn.flash_attn_with_kvcache(**call, return_softmax_lse=True)
+    assert_close(f"{name}out", out, ref[0], low[0], dtype)
+    assert_close(f"{name}lse", lse, ref[1], low[1], dtype)
+    for which, before, after, r, lo in (("k_cache", k0, call["k_cache"], ref[2], low[2]),
+                                        ("v_cache", v0, call["v_cache"], ref[3], low[3])):
+        changed = (r != before.to(r.dtype)).any(-1).any(-1)  # the rows the append wrote
+        same = ~changed
+        assert torch.equal(after[same], before[same]), f"{which}: rows outside the append changed"
+        if which == "v_cache" or "rotary_cos" not in args:
+            assert torch.equal(after[changed], lo[changed]), f"{which}: appended rows differ"
+        else:
+            assert_close(f"{name}{which} (appended rows)", after[changed], r[changed],
+                         lo[changed], dtype)
+    return out, lse
+
+
+@pytest.mark.parametrize("device,c", _params())
+def test_kvcache(device, c):
+    dtype = DTYPES[c["dtype"]]
+    skip_if_no_kernel(device, dtype, *c["hd"], backward=False)
+    args = make_inputs(device, c)
+    check_kvcache_call(args, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("paged", [None, 64])
+def test_num_splits_same_result(device, paged):
+    """num_splits 1 and several give the same result within tolerance (bitwise on the CPU,
+    which ignores it); the caches get the same rows."""
+    c = dict(dtype="bf16", hd=(128, 128), sl=(4, 2048), heads="gqa", new_kv=True,
+             new_eq_q=True, rotary=1.0, interleaved=False, paged=paged, causal=True,
+             local=False, softcap=0.0, alibi=False, leftpad=False, batch_idx=False,
+             num_splits=0)
+    skip_if_no_kernel(device, torch.bfloat16, 128, backward=False)
+    args = make_inputs(device, c)
+    runs = {}
+    for n in (0, 1, 2, 7, 64):
+        runs[n] = check_kvcache_call(dict(args, num_splits=n), torch.bfloat16, f"num_splits={n} ")
+    if device == "cpu":
+        for n, (out, lse) in runs.items():
+            assert torch.equal(out, runs[1][0]) and torch.equal(lse, runs[1][1]), n
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cache_seqlens_int_and_returns(device):
+    """cache_seqlens as an int (every sequence), out alone without return_softmax_lse, and no
+    cache_seqlens at all (the whole cache, flash-attn's default)."""
+    dtype = torch.float16
+    skip_if_no_kernel(device, dtype, 64, backward=False)
+    q = rand([3, 2, 4, 64], dtype, device)
+    k_cache, v_cache = rand([3, 50, 2, 64], dtype, device), rand([3, 50, 2, 64], dtype, device)
+    k, v = rand([3, 2, 2, 64], dtype, device), rand([3, 2, 2, 64], dtype, device)
+    seqlens = torch.full((3,), 17, dtype=torch.int32, device=device)
+    ref, low = ref_and_lowp_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens,
+                                    causal=True)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    out = flashattn.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=17, causal=True)
+    assert isinstance(out, torch.Tensor)
+    assert_close("out (int cache_seqlens)", out, ref[0], low[0], dtype)
+    assert torch.equal(kc, ref[2].to(dtype)) and torch.equal(vc, ref[3].to(dtype))
+    ref, low = ref_and_lowp_kvcache(q, k_cache, v_cache)
+    out, lse = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, return_softmax_lse=True)
+    assert_close("out (whole cache)", out, ref[0], low[0], dtype)
+    assert_close("lse (whole cache)", lse, ref[1], low[1], dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_sequences_and_caches(device):
+    """Sequences with no visible key (cache_seqlens 0, no append; leftpad past the end) give
+    out 0 and lse -inf; a zero-capacity cache and an empty q run too."""
+    dtype = torch.bfloat16
+    skip_if_no_kernel(device, dtype, 32, backward=False)
+    q = rand([3, 5, 2, 32], dtype, device)
+    kc, vc = rand([3, 40, 1, 32], dtype, device), rand([3, 40, 1, 32], dtype, device)
+    seqlens = torch.tensor([0, 12, 30], dtype=torch.int32, device=device)
+    leftpad = torch.tensor([0, 12, 3], dtype=torch.int32, device=device)
+    args = dict(q=q, k_cache=kc, v_cache=vc, cache_seqlens=seqlens, cache_leftpad=leftpad,
+                causal=True)
+    out, lse = check_kvcache_call(args, dtype)
+    assert (out[:2] == 0).all() and torch.isneginf(lse[:2]).all()
+    empty = rand([3, 0, 1, 32], dtype, device)
+    out, lse = flashattn.flash_attn_with_kvcache(q, empty, empty, cache_seqlens=seqlens,
+                                                 return_softmax_lse=True)
+    assert (out == 0).all() and torch.isneginf(lse).all()
+    k = rand([3, 2, 1, 32], dtype, device)
+    out = flashattn.flash_attn_with_kvcache(q[:, :0], kc, vc, k, k, cache_seqlens=seqlens)
+    assert out.shape == (3, 0, 2, 32)
+    assert torch.equal(kc[1, 12:14], k[1]) and torch.equal(vc[2, 30:32], k[2])
+
+
+# ---- paged prefill: flash_attn_varlen_func(..., block_table=...) ----
+
+# (seqlens_q, seqlens_k) per sequence: a zero-length sequence, more queries than keys.
+PAGED_VARLEN = [
+    dict(dtype="bf16", lens=([113, 0, 1, 57], [203, 5, 239, 57]), page=16, heads="gqa",
+         causal=True, window=(-1, -1), softcap=0.0, alibi=False, hd=(64, 64)),
+    dict(dtype="fp16", lens=([64, 3], [64, 300]), page=256, heads="mqa", causal=False,
+         window=(40, 7), softcap=2.0, alibi=True, hd=(128, 128)),
+    dict(dtype="fp32", lens=([30, 17, 0], [0, 130, 20]), page=64, heads="mha", causal=True,
+         window=(25, -1), softcap=0.0, alibi=True, hd=(59, 40)),
+    dict(dtype="bf16", lens=([200], [100]), page=32, heads="gqa", causal=True,
+         window=(-1, -1), softcap=2.0, alibi=False, hd=(96, 96)),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", PAGED_VARLEN, ids=case_id)
+def test_paged_varlen(device, c):
+    if c["dtype"] not in dtypes_for(device):
+        pytest.skip(f"{c['dtype']} is CPU only")
+    dtype = DTYPES[c["dtype"]]
+    skip_if_no_kernel(device, dtype, *c["hd"], backward=False)
+    d, dv = c["hd"]
+    H, Hk = HEADS[c["heads"]]
+    lens_q, lens_k = c["lens"]
+    B, page = len(lens_q), c["page"]
+    n = max(math.ceil(max(lens_k) / page), 1) + 1  # one table entry past the longest
+    pool = B * n + 2
+    bt = torch.randperm(pool, device=device)[: B * n].view(B, n).to(torch.int32)
+    k = rand([pool, page, Hk, d], dtype, device)
+    v = rand([pool, page, Hk, dv], dtype, device)
+    q = rand([sum(lens_q), H, d], dtype, device)
+    cu = [torch.tensor([0] + torch.tensor(x).cumsum(0).tolist(), dtype=torch.int32,
+                       device=device) for x in (lens_q, lens_k)]
+    slopes = torch.rand(B, H, device=device) * 0.3 if c["alibi"] else None
+    kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"],
+              alibi_slopes=slopes)
+    out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, cu[0], cu[1], max(lens_q),
+                                                   max(lens_k), block_table=bt,
+                                                   return_attn_probs=True, **kw)
+    ref = paged_varlen_ref(q, k, v, cu[0].cpu(), cu[1].cpu(), bt, **kw)
+    low = paged_varlen_ref(q, k, v, cu[0].cpu(), cu[1].cpu(), bt, compute_dtype=dtype, **kw)
+    assert_close("out", out, ref[0], low[0], dtype)
+    assert_close("lse", lse, ref[1], low[1], dtype)
