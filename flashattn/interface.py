@@ -411,13 +411,16 @@ def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
                 deterministic=False):
     """Which backend the forward (or, with direction="bwd", the backward) of a call with these
     arguments runs: "cpu", "sm80" (the portable CUDA kernels), "sm80-ptx" (the same, compiled
-    by the driver from their PTX, on GPUs newer than the build's machine code) or "sm90" (the
-    Hopper kernels).
+    by the driver from their PTX, on GPUs newer than the build's machine code), "sm80-decode"
+    (the portable split-KV decode kernels, for calls of at most 64 query rows per KV head over
+    at least 512 keys) or "sm90" (the Hopper kernels).
 
     The op's own choice (csrc/api/backend_choice.h), with the op's input checks; nothing runs.
     FLASHATTN_FORCE_BACKEND=sm80|sm90 forces CUDA calls onto one backend; forced to sm90, a
-    call the sm90 forward does not take raises RuntimeError saying why. The backward has no
-    sm90 kernel yet and reports sm80 under either value.
+    call the sm90 forward does not take raises RuntimeError saying why. The backward runs
+    sm90 where its kernels take the call (head-dim buckets 64 and 128, no softcap / ALiBi,
+    not deterministic), else sm80, also under FLASHATTN_FORCE_BACKEND=sm90 (=sm80 forces
+    both); the "bwd" answer assumes deterministic=False.
 
     Arguments: those of flash_attn_func (padded) or flash_attn_varlen_func (with cu_seqlens_q/k;
     max_seqlen_q/k default to the row counts). Raises RuntimeError saying why when no kernel of

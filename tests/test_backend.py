@@ -145,7 +145,7 @@ def _sm90_params():
 @pytest.mark.parametrize("hd, case, force", _sm90_params())
 def test_cuda_sm90_forward(hd, case, force, dtype, monkeypatch):
     """The sm90 forward (chosen by default, or forced) against the float64 reference; its
-    LSE feeds the sm80 backward, checked too."""
+    LSE feeds the backward (sm90's for the 64 / 128 buckets, else sm80's), checked too."""
     B, sq, sk, heads, causal, window = case
     d, dv = hd
     H, Hk = HEADS[heads]
@@ -153,8 +153,13 @@ def test_cuda_sm90_forward(hd, case, force, dtype, monkeypatch):
     q, k, v = (rand([B, n, h, e], dtype, "cuda") for n, h, e in ((sq, H, d), (sk, Hk, d),
                                                                    (sk, Hk, dv)))
     kw = dict(causal=causal, window_size=window)
-    assert flashattn.kernel_path(q, k, v, **kw) == "sm90"
-    assert flashattn.kernel_path(q, k, v, direction="bwd", **kw) == "sm80"
+    # By default a decoding-shaped call (<= 64 query rows per KV head, >= 512 keys) runs the
+    # split-KV decode kernels (backend_choice.h: decode_shaped).
+    decode = force == "auto" and sq * (H // Hk) <= 64 and sk >= 512
+    assert flashattn.kernel_path(q, k, v, **kw) == ("sm80-decode" if decode else "sm90")
+    # The sm90 backward takes the head-dim buckets 64 (33..64) and 128 (97..128).
+    bwd90 = 32 < max(d, dv) <= 64 or 96 < max(d, dv) <= 128
+    assert flashattn.kernel_path(q, k, v, direction="bwd", **kw) == ("sm90" if bwd90 else "sm80")
     dout = rand([B, sq, H, dv], dtype, "cuda")
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     out, lse, _ = flashattn.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kw)

@@ -1,7 +1,10 @@
 """Small CUDA cases for compute-sanitizer (memcheck / racecheck / synccheck): every kernel on
 shapes with at least three K/V blocks, partial tiles, causal, window, GQA and varlen (with an
-empty sequence). `--sm90`: only the Hopper forward's cases (forced onto sm90, so a silent
-fallback fails). Prints one line per case; exits non-zero on a Python-level failure."""
+empty sequence). `--sm90`: only the Hopper cases (forced onto sm90, so a silent fallback
+fails; the backward runs sm90 where it takes the call). `--decode`: only the split-KV decode
+kernels (decoding-shaped calls, flash_attn_with_kvcache with appends, rotary, pages, and
+wrong metadata that must be clamped). Prints one line per case; exits non-zero on a
+Python-level failure."""
 import os
 import sys
 
@@ -66,8 +69,74 @@ def sm90_cases():
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 
+def run_kvcache(b, sq, cap, h, hk, d, dtype, new=0, page=0, rotary=False, seqlens=None,
+                batch_idx=None, leftpad=None, table_fix=None, **kw):
+    """flash_attn_with_kvcache on a (b, cap) cache (paged when page > 0, a shuffled table),
+    `new` appended rows, metadata given as lists (wrong on purpose where a case says so)."""
+    def i32(x):
+        return None if x is None else torch.tensor(x, dtype=torch.int32, device=dev)
+    q = torch.randn(b, sq, h, d, device=dev, dtype=dtype)
+    if page:
+        per = cap // page
+        kc = torch.randn(b * per, page, hk, d, device=dev, dtype=dtype)
+        table = torch.randperm(b * per, device=dev).view(b, per).to(torch.int32)
+        if table_fix is not None:
+            table_fix(table)
+    else:
+        kc = torch.randn(b, cap, hk, d, device=dev, dtype=dtype)
+        table = None
+    vc = torch.randn_like(kc)
+    k = torch.randn(b, new, hk, d, device=dev, dtype=dtype) if new else None
+    v = torch.randn_like(k) if new else None
+    cos = sin = None
+    if rotary:
+        ang = torch.rand(cap, d // 4, device=dev) * 6.28
+        cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+    out = flashattn.flash_attn_with_kvcache(
+        q, kc, vc, k, v, rotary_cos=cos, rotary_sin=sin,
+        cache_seqlens=i32(seqlens if seqlens is not None else [cap - new] * b),
+        cache_batch_idx=i32(batch_idx), cache_leftpad=i32(leftpad), block_table=table, **kw)
+    torch.cuda.synchronize()
+    print("kvcache", b, sq, cap, h, hk, d, dtype, dict(new=new, page=page, rotary=rotary,
+          seqlens=seqlens, batch_idx=batch_idx, leftpad=leftpad), kw, "ok", flush=True)
+    return out
+
+
+def decode_cases():
+    """The split-KV decode kernels: decoding-shaped flash_attn_func / varlen calls (several
+    splits, GQA packing, masks, score mods, the small-smem d256 variant) and kvcache calls."""
+    run_padded(2, 1, 700, 8, 2, 128, 128, bf16)
+    run_padded(1, 4, 1000, 4, 4, 64, 64, fp16, causal=True)
+    run_padded(1, 7, 900, 12, 2, 256, 256, bf16, window_size=(300, 0), softcap=4.0,
+               alibi_slopes=torch.rand(12, device=dev))
+    run_padded(3, 2, 600, 4, 1, 59, 59, fp16, forward_only=True)
+    run_varlen([1, 2, 1], [700, 0, 1300], 8, 2, 128, bf16)
+    os.environ["FLASHATTN_SMEM_LIMIT"] = str(99 * 1024)
+    run_padded(1, 1, 800, 8, 2, 256, 256, bf16, forward_only=True)
+    run_padded(1, 1, 800, 8, 2, 192, 192, fp16, forward_only=True)
+    del os.environ["FLASHATTN_SMEM_LIMIT"]
+    run_kvcache(2, 1, 1024, 8, 2, 128, bf16, new=1, rotary=True)
+    run_kvcache(3, 3, 768, 4, 4, 64, fp16, new=3, page=16, rotary=True, causal=True,
+                rotary_interleaved=False)
+    run_kvcache(2, 1, 2048, 8, 1, 128, bf16, page=256, seqlens=[2000, 77])
+    run_kvcache(2, 2, 512, 4, 2, 96, bf16, new=2, leftpad=[5, 100], seqlens=[300, 400],
+                causal=True)
+    run_kvcache(2, 1, 640, 4, 2, 64, bf16, new=1, batch_idx=[1, 0])
+    # Wrong metadata (clamped: wrong numbers at worst, never an out-of-bounds access)
+    run_kvcache(2, 1, 512, 4, 2, 64, bf16, new=2, seqlens=[600, -50])
+    run_kvcache(2, 1, 512, 4, 2, 64, bf16, page=16, new=1, seqlens=[10**6, 3],
+                table_fix=lambda t: (t.__setitem__((0, 0), 10**6), t.__setitem__((1, 1), -7)))
+    run_kvcache(2, 1, 512, 4, 2, 64, bf16, new=1, batch_idx=[7, -3])
+    run_kvcache(2, 1, 512, 4, 2, 64, bf16, leftpad=[600, -4], seqlens=[100, 200])
+    run_kvcache(2, 1, 512, 4, 2, 64, bf16, num_splits=200)
+
+
 sm90 = (torch.cuda.get_device_capability() == (9, 0)
         and not flashattn.BUILD_CONFIG["FLASHATTN_DISABLE_SM90"])
+if "--decode" in sys.argv:
+    decode_cases()
+    print("all cases ran")
+    sys.exit(0)
 if "--sm90" in sys.argv:
     if not sm90:
         sys.exit("--sm90: this GPU or build has no sm90 kernels")
@@ -76,6 +145,7 @@ if "--sm90" in sys.argv:
     sys.exit(0)
 if sm90:
     sm90_cases()
+decode_cases()
 run_padded(1, 300, 333, 2, 1, 64, 64, bf16)
 run_padded(1, 300, 333, 2, 2, 128, 128, fp16, causal=True)
 os.environ["FLASHATTN_FORCE_BACKEND"] = "sm80"  # the d128 forward cases on sm80 too

@@ -25,7 +25,8 @@ namespace flashattn::api {
 
 // kSm80Ptx: the portable kernels, JIT-compiled by the driver from their PTX (a GPU newer than
 // every machine-code target of the build, e.g. sm_100).
-enum class Backend { kCpu, kSm80, kSm80Ptx, kSm90 };
+// kSm80Decode: the split-KV decode kernels (sm80 family) for calls with few query rows.
+enum class Backend { kCpu, kSm80, kSm80Ptx, kSm90, kSm80Decode };
 
 inline const char* backend_name(Backend b) {
   switch (b) {
@@ -33,6 +34,7 @@ inline const char* backend_name(Backend b) {
     case Backend::kSm80: return "sm80";
     case Backend::kSm80Ptx: return "sm80-ptx";
     case Backend::kSm90: return "sm90";
+    case Backend::kSm80Decode: return "sm80-decode";
   }
   return "?";
 }
@@ -74,9 +76,24 @@ inline Backend sm80_or_fail(const char* what) {
 
 // The forward's backend for a CUDA call whose params are filled (output pointers may be null
 // when only asking); the caller holds a device guard for q's device. CPU calls run kCpu.
+// Decoding-shaped: at most 64 query rows per KV head (tokens x the heads of a KV group) over
+// at least 512 keys. The main kernels' 128-row tiles would be mostly empty and one CTA per
+// (head, batch) would leave most SMs idle; the decode kernels pack a KV group's rows into one
+// tile and split the keys across CTAs (H200: see benchmarks/results, decode rows).
+inline bool decode_shaped(const FwdParams& p) {
+  const int64_t rows = int64_t(p.seqlen_q) * (p.nheads / p.nheads_k);
+  return rows <= 64 && p.seqlen_k >= 512;
+}
+
 inline Backend choose_fwd(const FwdParams& p) {
   const Force force = forced_backend();
   if (force == Force::kSm80) return sm80_or_fail("the forward");
+#ifndef FLASHATTN_DISABLE_SM80
+  if (force == Force::kAuto && decode_shaped(p)) {
+    sm80_or_fail("the forward");  // the device runs the sm80 family (or a named error)
+    return Backend::kSm80Decode;
+  }
+#endif
 #ifndef FLASHATTN_DISABLE_SM90
   const char* why_not_sm90 = sm90::fwd_unsupported_here(p);
 #else
@@ -99,14 +116,25 @@ inline Backend choose_fwd_kvcache() {
   return sm80_or_fail("the KV-cache / paged-KV forward");
 }
 
-// The backward of a CUDA call. It has no sm90 kernel yet: sm80 under either
-// FLASHATTN_FORCE_BACKEND value.
-inline Backend choose_bwd() {
-  forced_backend();  // a bad value raises here too
+// The backward of a CUDA call whose params are filled (gradient pointers may be null when only
+// asking). sm90 where its backward takes the call (buckets 64 / 128, no softcap / ALiBi, not
+// deterministic, TMA-addressable), else sm80 -- also under FLASHATTN_FORCE_BACKEND=sm90,
+// which forces the forward (the sm90 backward covers less; kernel_path says which runs);
+// FLASHATTN_FORCE_BACKEND=sm80 forces both directions.
+inline Backend choose_bwd(const BwdParams& p) {
+  const Force force = forced_backend();  // a bad value raises here too
 #ifdef FLASHATTN_DISABLE_BACKWARD
+  (void)p;
+  (void)force;
   fail("the backward on CUDA tensors needs the CUDA backward kernels, but this build has none "
        "(FLASHATTN_DISABLE_BACKWARD)");
 #else
+#ifndef FLASHATTN_DISABLE_SM90
+  if (force != Force::kSm80 && sm90::bwd_unsupported_here(p) == nullptr) return Backend::kSm90;
+#else
+  (void)p;
+  (void)force;
+#endif
   return sm80_or_fail("the backward");
 #endif
 }

@@ -223,6 +223,7 @@ void dispatch_fwd(FwdParams& p, const Tensor& q, bool kvcache = false) {
 #ifndef FLASHATTN_DISABLE_SM80
     case Backend::kSm80:
     case Backend::kSm80Ptx: return sm80::run_fwd(p, current_stream(q));
+    case Backend::kSm80Decode: return dispatch_fwd_cuda_kvcache(p, q);
 #endif
     default: fail("the forward: no kernel of this build runs the chosen backend");
   }
@@ -244,7 +245,13 @@ void dispatch_bwd(BwdParams& p, const Tensor& q) {
     return cpu::run_bwd(p, cpu_parallel_for());
   }
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  const Backend backend = choose_bwd();
+  const Backend backend = choose_bwd(p);
+#if !defined(FLASHATTN_DISABLE_SM90) && !defined(FLASHATTN_DISABLE_BACKWARD)
+  if (backend == Backend::kSm90) {
+    auto ws = alloc_workspace(p, sm90::bwd_workspace(p), q);
+    return sm90::run_bwd(p, current_stream(q));
+  }
+#endif
 #if !defined(FLASHATTN_DISABLE_SM80) && !defined(FLASHATTN_DISABLE_BACKWARD)
   if (backend == Backend::kSm80 || backend == Backend::kSm80Ptx) {
     auto ws = alloc_workspace(p, sm80::bwd_workspace(p), q);
@@ -609,11 +616,14 @@ std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
   check_options(opt, pb, q);
   if (q.is_cpu()) return backend_name(Backend::kCpu);
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  if (direction == "bwd") return backend_name(choose_bwd());
-  FwdParams p;
+  BwdParams p;  // the forward's part filled; as a backward: dout laid out like out, no
+                // gradient pointers (a non-deterministic call)
   fill_fwd_params(p, pb, q, k, v, nullptr, nullptr, opt,
                   varlen ? &*cu_seqlens_q : nullptr, varlen ? &*cu_seqlens_k : nullptr);
-  return backend_name(choose_fwd(p));
+  if (direction == "fwd") return backend_name(choose_fwd(p));
+  p.do_batch_stride = p.o_batch_stride, p.do_row_stride = p.o_row_stride;
+  p.do_head_stride = p.o_head_stride;
+  return backend_name(choose_bwd(p));
 }
 
 }  // namespace

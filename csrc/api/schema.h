@@ -50,7 +50,7 @@ inline constexpr const char* kFwdKvcacheSchema =
     "int window_left, int window_right, float softcap, bool rotary_interleaved, "
     "Tensor? alibi_slopes, int num_splits) -> (Tensor out, Tensor softmax_lse)";
 
-// Which backend ("cpu", "sm80", "sm80-ptx", "sm90") the fwd / bwd direction of a call with
+// Which backend ("cpu", "sm80", "sm80-ptx", "sm80-decode", "sm90") the fwd / bwd direction of a call with
 // these inputs would run; varlen when cu_seqlens_q/k are given. Raises what the call would.
 inline constexpr const char* kKernelPathSchema =
     "kernel_path(str direction, Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, "

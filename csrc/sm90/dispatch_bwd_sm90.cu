@@ -42,7 +42,17 @@ const char* bwd_unsupported_here(const BwdParams& p) {
   return nullptr;
 }
 
+WorkspaceSizes bwd_workspace(const BwdParams& p) {
+  const sm80::BwdWorkspaceLayout w =
+      sm80::bwd_workspace_layout(p, headdim_bucket(p.headdim, p.headdim_v));
+  return WorkspaceSizes{w.f32_elems, w.i32_elems};
+}
+
 void run_bwd(const BwdParams& p, void* stream) {
+  const WorkspaceSizes need = bwd_workspace(p);
+  if (p.workspace_f32_elems < need.f32_elems ||
+      (need.f32_elems > 0 && p.workspace_f32 == nullptr))
+    throw std::runtime_error("flashattn sm90 bwd: workspace smaller than bwd_workspace()");
   auto s = static_cast<cudaStream_t>(stream);
   const int bucket = headdim_bucket(p.headdim, p.headdim_v);
   FLASHATTN_FP16_SWITCH(p.dtype, "flashattn sm90 bwd", [&] {

@@ -13,6 +13,7 @@ void run_fwd(const FwdParams& params, void* stream);
 // The backward (buckets 64 and 128; the sm80 workspace of sm80::bwd_workspace): why it does
 // not take this call on the current device (nullptr: it does), and the run.
 const char* bwd_unsupported_here(const BwdParams& params);
+WorkspaceSizes bwd_workspace(const BwdParams& params);
 void run_bwd(const BwdParams& params, void* stream);
 
 }  // namespace flashattn::sm90
