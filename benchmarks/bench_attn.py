@@ -203,6 +203,7 @@ def main() -> None:
             from flashattn import bench_decode
             timing = bench.Timing(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
             result["decode"] = bench_decode.run_grid(device, timing, args.impls)
+            result["decode_step"] = bench_decode.graph_step_rows(device, timing)
         else:
             print("--decode needs a CUDA device; skipped", file=sys.stderr)
     if args.memory:

@@ -204,6 +204,12 @@ def markdown(result: dict, reference: str) -> str:
         r0 = result["decode"][0]
         out += [f"## Decode, {r0['dtype']}, d={r0['d']}, GQA {r0['H']}/{r0['Hk']} (TB/s of "
                 "K and V read)", ""] + decode_table(result["decode"]) + [""]
+    if result.get("decode_step"):
+        out += ["## Decode step (append one token + attention), eager and CUDA graph", "",
+                "| B | N | eager µs | TB/s | graph µs | TB/s |", "|---|---|---|---|---|---|"]
+        out += [f"| {r['B']} | {r['N']} | {r['eager_ms'] * 1e3:.1f} | {r['eager_tbs']:.2f} | "
+                f"{r['graph_ms'] * 1e3:.1f} | {r['graph_tbs']:.2f} |" for r in result["decode_step"]]
+        out += [""]
     if result.get("memory"):
         out += ["## Peak extra memory of fwd+bwd (MiB), B=1, H=16, d=128", ""]
         out += memory_table(result["memory"]) + [""]

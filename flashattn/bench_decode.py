@@ -161,3 +161,41 @@ def run_grid(device: torch.device, timing: bench.Timing, names: Optional[list] =
         print(table.row(row) + f"  B={cell.B} N={cell.N} Sq={cell.Sq} page={cell.page}",
               flush=True)
     return rows
+
+
+def graph_step_rows(device: torch.device, timing: bench.Timing,
+                    cells: Optional[list] = None) -> list:
+    """A decode step (append one token to the cache, then attend) timed eagerly and replayed
+    from a CUDA graph: rows of kind "decode_step" with the median ms of each and TB/s of the
+    cache read. The gap between the two is the host's share (argument checks, launches)."""
+    rows = []
+    for cell in cells or [DecodeCell(1, 16384), DecodeCell(32, 16384)]:
+        q, k, v = _cache(cell, device, heads_first=False)
+        knew = torch.randn(cell.B, 1, cell.Hk, cell.d, device=device, dtype=cell.dtype)
+        vnew = torch.randn_like(knew)
+        seqlens = torch.full((cell.B,), cell.N - 1, dtype=torch.int32, device=device)
+
+        def step():
+            return flashattn.flash_attn_with_kvcache(q, k, v, knew, vnew, cache_seqlens=seqlens)
+        step()
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        eager = bench.median_spread(bench.time_calls([step], device, timing))[0]
+        replay = bench.median_spread(bench.time_calls([graph.replay], device, timing))[0]
+        row = {"kind": "decode_step", "mode": "fwd", "dtype": bench.dtype_name(cell.dtype),
+               "d": cell.d, "N": cell.N, "B": cell.B, "H": cell.H, "Hk": cell.Hk, "Sq": cell.Sq,
+               "eager_ms": eager, "graph_ms": replay,
+               "eager_tbs": cell.kv_bytes() / (eager * 1e-3) / 1e12,
+               "graph_tbs": cell.kv_bytes() / (replay * 1e-3) / 1e12}
+        print(f"decode step {cell}: eager {eager * 1e3:.1f} us ({row['eager_tbs']:.2f} TB/s), "
+              f"CUDA graph {replay * 1e3:.1f} us ({row['graph_tbs']:.2f} TB/s)", flush=True)
+        rows.append(row)
+        del graph, q, k, v
+        torch.cuda.empty_cache()
+    return rows

@@ -181,14 +181,15 @@ cpu::ParallelFor cpu_parallel_for() {
   return stream;
 }
 
-// The backend's workspace, zeroed, through torch's allocator (kept alive by the caller
-// until the backend's work is enqueued; the caching allocator orders reuse on the stream).
+// The backend's workspace, zeroed unless `zeroed` is false, through torch's allocator (kept
+// alive by the caller until the backend's work is enqueued; the caching allocator orders
+// reuse on the stream).
 std::pair<Tensor, Tensor> alloc_workspace(FwdParams& p, const WorkspaceSizes& ws,
-                                          const Tensor& q) {
+                                          const Tensor& q, bool zeroed = true) {
   Tensor f32 = new_empty({ws.f32_elems}, ScalarType::Float, q);
   Tensor i32 = new_empty({ws.i32_elems}, ScalarType::Int, q);
-  torch::stable::zero_(f32);
-  torch::stable::zero_(i32);
+  if (zeroed && ws.f32_elems > 0) torch::stable::zero_(f32);
+  if (zeroed && ws.i32_elems > 0) torch::stable::zero_(i32);
   p.workspace_f32 = static_cast<float*>(f32.data_ptr());
   p.workspace_f32_elems = ws.f32_elems;
   p.workspace_i32 = static_cast<int32_t*>(i32.data_ptr());
@@ -205,7 +206,9 @@ bool has_kvcache_fields(const FwdParams& p) {
 void dispatch_fwd_cuda_kvcache(FwdParams& p, const Tensor& q) {
   choose_fwd_kvcache();
 #ifndef FLASHATTN_DISABLE_SM80
-  auto ws = alloc_workspace(p, sm80::fwd_kvcache_workspace(p), q);
+  // Padded: the split kernels write every partial row the combine reads (no memset); varlen:
+  // rows of no sequence read zeros.
+  auto ws = alloc_workspace(p, sm80::fwd_kvcache_workspace(p), q, /*zeroed=*/p.is_varlen);
   sm80::run_fwd_kvcache(p, current_stream(q));
 #endif
 }

@@ -8,8 +8,9 @@
 // Inside a CTA the 4 warps split the rows (kWarpsM, 16 rows each) and the keys of each 64-key
 // block (kWarpsN = 4 / kWarpsM); the kWarpsN partial softmax states meet in shared memory at the
 // end. K / V tiles stream through a kStages-deep cp.async ring (about 96 KB in flight per CTA);
-// rows of a paged cache are gathered per row through the block table. Every key index, page
-// and batch index comes from seq_info / page_of, which clamp the untrusted metadata.
+// rows of a paged cache are gathered per row through the block table, read a block ahead. Every
+// key index and batch index comes from seq_info and every page is clamped as page_of clamps
+// it, so untrusted metadata gives wrong numbers at worst, never an out-of-bounds access.
 #pragma once
 #include "kernel_fwd_sm80.cuh"  // SmemTile, TileCopy, quad_max / quad_sum, the primitives
 
@@ -58,6 +59,7 @@ struct DecodeArgs {
   int m_tiles;    // row tiles per (batch, KV head)
   int64_t rows_total;  // nheads * total_q: the partial outputs' row count (split mode)
   int dv_pitch;   // fp32 row pitch of a partial output (headdim_v rounded up to 4)
+  int page_shift;  // log2(page_size) when it is a power of two, else -1 (paged only)
   bool vec_ok;    // 16-byte global accesses everywhere
   bool score_mod; // softcap / ALiBi / a non-positive scale
 };
@@ -131,24 +133,40 @@ __global__ void __launch_bounds__(T::kThreads)
   }
 
   // One key row's address in K (V): paged through the block table, else the (clamped) batch.
+  // Paged: the pages of this thread's rows of the next block are read from the block table one
+  // block ahead (next_page), so the table's latency hides under a block of math.
   const bool paged = p.block_table != nullptr;
   const Element* k_head = static_cast<const Element*>(p.k_ptr) + hk * p.k_head_stride;
   const Element* v_head = static_cast<const Element*>(p.v_ptr) + hk * p.v_head_stride;
+  const int row0 = tid / Copy::kThreadsPerRow, chunk0 = tid % Copy::kThreadsPerRow;
+  int next_page[Copy::kRowIters];
+  const int32_t* table = paged ? p.block_table + b * p.block_table_batch_stride : nullptr;
+  auto fetch_pages = [&](int blk) {
+    if (!paged) return;
+#pragma unroll
+    for (int i = 0; i < Copy::kRowIters; ++i) {
+      // Logical row (paged calls have k_row0 0); rows past the keys read a clamped slot.
+      const int lr = static_cast<int>(seq.k_row0) + blk * kBN + row0 + i * Copy::kRowsPerStep;
+      int slot = a.page_shift >= 0 ? lr >> a.page_shift : lr / p.page_size;
+      slot = min(max(slot, 0), p.max_pages_per_seq - 1);
+      next_page[i] = min(max(__ldg(table + slot), 0), p.num_pages - 1);
+    }
+  };
   auto load_block = [&](int blk, int stage) {
-    const int row0 = tid / Copy::kThreadsPerRow, chunk0 = tid % Copy::kThreadsPerRow;
     const uint32_t dk = sKV + stage * T::kStageBytes, dv = dk + TileKV::kBytes;
 #pragma unroll
     for (int i = 0; i < Copy::kRowIters; ++i) {
       const int row = row0 + i * Copy::kRowsPerStep;
       const int j = blk * kBN + row;
       const bool ok = j < seq.seqlen_k;
-      const int64_t lr = seq.k_row0 + j;  // logical row
       int64_t koff, voff;
       if (paged) {
-        const int64_t pg = page_of(p, b, lr), in_page = lr % p.page_size;
-        koff = pg * p.k_batch_stride + in_page * p.k_row_stride;
-        voff = pg * p.v_batch_stride + in_page * p.v_row_stride;
+        const int lr = static_cast<int>(seq.k_row0) + j;
+        const int in_page = a.page_shift >= 0 ? lr & ((1 << a.page_shift) - 1) : lr % p.page_size;
+        koff = next_page[i] * p.k_batch_stride + in_page * p.k_row_stride;
+        voff = next_page[i] * p.v_batch_stride + in_page * p.v_row_stride;
       } else {
+        const int64_t lr = seq.k_row0 + j;
         koff = seq.k_batch * p.k_batch_stride + lr * p.k_row_stride;
         voff = seq.k_batch * p.v_batch_stride + lr * p.v_row_stride;
       }
@@ -178,9 +196,11 @@ __global__ void __launch_bounds__(T::kThreads)
         copy(dv + o, vs + col, p.headdim_v);
       }
     }
+    fetch_pages(blk + 1);  // the pages of the block loaded next
   };
 
   // Prologue: Q with block 0, then blocks 1 .. kStages - 2 (empty groups keep the counts).
+  fetch_pages(blk_begin);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_iters) load_block(blk_begin + s, s);

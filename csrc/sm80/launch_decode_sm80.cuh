@@ -27,8 +27,10 @@ struct DecodePlan {
 };
 
 // Rows of a tile: the tokens x query heads of one KV head; tiles of 16, 32 or 64 rows. Splits
-// (num_splits 0): enough CTAs for two per SM, each split at least one 64-key block, at most
-// 128; 1 once the (batch, KV head, row tile) CTAs alone fill the GPU.
+// (num_splits 0): as many as fit the (batch, KV head, row tile) CTAs into one wave of resident
+// CTAs (two per SM, one at d > 128), each split at least one block, at most 128; 1 once those
+// CTAs alone fill a wave. (A split count rounded up, 1.2 waves, left the last wave's SMs idle:
+// H200, batch 8 x 16k, 2.36 TB/s.)
 inline DecodePlan decode_plan(const FwdParams& p, int bucket) {
   DecodePlan pl;
   const int group = p.nheads / p.nheads_k;
@@ -47,10 +49,10 @@ inline DecodePlan decode_plan(const FwdParams& p, int bucket) {
   if (p.num_splits > 0) {
     pl.num_splits = static_cast<int>(std::min<int64_t>({p.num_splits, blocks, 256}));
   } else {
-    const int64_t slots = 2LL * current_device_attribute(cudaDevAttrMultiProcessorCount);
+    const int64_t slots = (big ? 1LL : 2LL) *
+                          current_device_attribute(cudaDevAttrMultiProcessorCount);
     pl.num_splits = ctas >= slots ? 1
-                                  : static_cast<int>(std::min<int64_t>(
-                                        {(slots + ctas - 1) / ctas, blocks, 128}));
+                                  : static_cast<int>(std::min<int64_t>({slots / ctas, blocks, 128}));
   }
   pl.rows_total = int64_t(p.nheads) * p.total_q;
   pl.dv_pitch = (p.headdim_v + 3) / 4 * 4;
@@ -88,6 +90,9 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   a.m_tiles = pl.m_tiles;
   a.rows_total = pl.rows_total;
   a.dv_pitch = pl.dv_pitch;
+  a.page_shift = -1;
+  if (p.block_table != nullptr && p.page_size > 0 && (p.page_size & (p.page_size - 1)) == 0)
+    for (a.page_shift = 0; (1 << a.page_shift) < p.page_size;) ++a.page_shift;
   a.vec_ok = fwd_vectorizable(p);
   a.score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
   if constexpr (kHeadDim > 128) {
