@@ -1,6 +1,6 @@
-// The Hopper backward's main kernel (sm_90a), bf16 / fp16, d = dv = kD (64 or 128): checked by
-// tools/selftest/selftest_bwd_sm80.cu built with -DSELFTEST_SM90 (the package's backward runs
-// sm80 so far). It slots between the sm80 backward's preprocessing (D = rowsum(dO * O)) and its
+// The Hopper backward's main kernel (sm_90a), bf16 / fp16, head dims of the 64 or 128 bucket
+// (kD): the package's backward there (dispatch_bwd_sm90.cu), also checked and timed by
+// tools/selftest/selftest_bwd_sm80.cu built with -DSELFTEST_SM90. It slots between the sm80 backward's preprocessing (D = rowsum(dO * O)) and its
 // conversions (dQ's fp32 accumulator to the output dtype, scaled; dK / dV of GQA), reusing
 // their BwdArgs (sm80/kernel_bwd_aux_sm80.cuh).
 //
@@ -43,7 +43,6 @@ struct BwdMaps {
 template <int kD_, int kBM_, int kAblate_ = 0>
 struct BwdConfig {
   static constexpr int kD = kD_, kBM = kBM_, kAblate = kAblate_;
-  static constexpr bool kDraft = false;
   static constexpr int kBN = 128, kStages = 2, kConsumers = 2, kThreads = (kConsumers + 1) * 128;
   // FA3's Hopper tiles: d128 64 x 128 (S^T / dP^T m64n64 per consumer, dQ split by columns),
   // d64 128 x 128 (m64n128, dQ split by query rows): each consumer's dQ block is 64 x 64.

@@ -1,5 +1,4 @@
-// Host side of the Hopper backward's main kernel (kernel_bwd_sm90.cuh; the draft it replaces,
-// kernel_bwd_draft_sm90.cuh, until one GPU run has timed both), work in progress: what it
+// Host side of the Hopper backward's main kernel (kernel_bwd_sm90.cuh): what it
 // takes, its tensor maps, the launch. The preprocessing and conversions around it are the sm80
 // backward's (sm80/kernel_bwd_aux_sm80.cuh); tools/selftest/selftest_bwd_sm80.cu (built with
 // -DSELFTEST_SM90) runs the three in order; run_bwd_hdim below is the package's (instantiated
@@ -12,7 +11,6 @@
 
 #include "../common/cuda_check.h"
 #include "../common/tile_policy.h"
-#include "kernel_bwd_draft_sm90.cuh"
 #include "kernel_bwd_sm90.cuh"
 #include "../sm80/launch_bwd_sm80.cuh"  // the preprocessing and conversions around it
 #include "launch_fwd_sm90.cuh"  // tensor_map, fwd_unsupported's TMA rules
@@ -104,20 +102,13 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
       dq_accum_map(args.dq_accum, Cfg::kD, rows_q, p.nheads, batch)};
   const dim3 grid(static_cast<unsigned>((p.seqlen_k + Cfg::kBN - 1) / Cfg::kBN), p.nheads,
                   p.batch);
-  if constexpr (Cfg::kDraft) {
-    auto kernel = bwd_draft_kernel_sm90<Cfg, Element>;
-    FLASHATTN_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(args, maps);
-  } else {
-    auto kernel = bwd_kernel_sm90<Cfg, Element>;
-    FLASHATTN_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
-    if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
-      throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(args, maps,
-                                                        bwd_section_pairs(p, Cfg::kD, order));
-  }
+  auto kernel = bwd_kernel_sm90<Cfg, Element>;
+  FLASHATTN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+  if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
+    throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(args, maps,
+                                                      bwd_section_pairs(p, Cfg::kD, order));
   FLASHATTN_LAUNCH_CHECK();
 }
 

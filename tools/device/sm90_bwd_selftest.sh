@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One H200 call for the Hopper backward under development (csrc/sm90/kernel_bwd_sm90.cuh):
+# One H200 call for the Hopper backward (csrc/sm90/kernel_bwd_sm90.cuh):
 # the sm80 backward's self-test built with -DSELFTEST_SM90, its --sm90 mode (the sm90 main
-# kernels between the sm80 preprocessing and conversions, against float64 on the cases they
-# take: the candidate and the draft), then each timed beside the sm80 backward
+# kernel between the sm80 preprocessing and conversions, against float64 on the cases it
+# takes), then it and its timing-only ablations timed beside the sm80 backward
 # (SM90_BWD_ARGS="" skips the timing); then compute-sanitizer memcheck and racecheck on the
 # candidate's checks of the smaller cases (--small). BWD_STAGE=build builds only,
 # BWD_STAGE=run runs an earlier build (so the build can go under another job).
