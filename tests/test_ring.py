@@ -29,7 +29,7 @@ from flashattn.distributed import (
     zigzag_gather,
     zigzag_shard,
 )
-from flashattn.distributed.ring import _step_pair, _unshard, _VarlenRows
+from flashattn.distributed.ring import _step_calls, _step_pair, _unshard, _VarlenRows
 from helpers import assert_close, check_results, rand
 from reference import attention_ref, ref_and_lowp, ref_and_lowp_varlen, visible_mask
 
@@ -196,15 +196,39 @@ def test_schedule_covers_the_mask_once(layout, causal, world_size):
     assert torch.equal(count, want)
 
 
+@pytest.mark.parametrize("window", [(0, 0), (1, 0), (4, 2), (5, -1), (-1, 3), (11, 7), (40, 40)],
+                         ids=lambda w: f"w{w[0]}x{w[1]}")
+@pytest.mark.parametrize("layout", ["zigzag", "plain"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_window_schedule_covers_the_mask_once(window, layout, causal, world_size):
+    # Sliding windows: every visible (query, key) pair of the global windowed mask is computed
+    # by exactly one call of one ring step, under the call's own bottom-right aligned window on
+    # its row slices; nothing hidden is computed. Chunks of 3 rows: windows shorter, as long
+    # as and longer than a chunk, one-sided, and wider than the sequence.
+    c = 3
+    S = 2 * world_size * c
+    L = S // world_size
+    pos = torch.arange(S)
+    local = [SHARD[layout](pos, r, world_size, dim=0) for r in range(world_size)]
+    count = torch.zeros(S, S, dtype=torch.int64)
+    for rank in range(world_size):
+        for src in range(world_size):
+            for rows, cols, wl, wr in _step_calls(layout, causal, window, rank, src,
+                                                  world_size, L):
+                qpos, kpos = local[rank][rows], local[src][cols]
+                assert len(qpos) > 0 and len(kpos) > 0 and wl >= -1 and wr >= -1
+                vis = visible_mask(len(qpos), len(kpos), wl, wr)
+                count[qpos[:, None], kpos[None, :]] += vis.long()
+    want = visible_mask(S, S, window[0], 0 if causal else window[1]).long()
+    assert torch.equal(count, want)
+
+
 def test_argument_errors():
     # Checked before any process group is needed (none exists in this process).
     q = torch.randn(1, 8, 2, 16)
     with pytest.raises(NotImplementedError, match="dropout_p.*global query/key offsets"):
         ring_flash_attn_func(q, q, q, dropout_p=0.1)
-    with pytest.raises(NotImplementedError, match="window_size.*global query/key offsets"):
-        ring_flash_attn_func(q, q, q, window_size=(4, 0), causal=True)
-    with pytest.raises(NotImplementedError, match="window_size.*global query/key offsets"):
-        ring_flash_attn_func(q, q, q, window_size=(-1, 3))
     with pytest.raises(NotImplementedError, match="alibi_slopes.*global query/key offsets"):
         ring_flash_attn_func(q, q, q, alibi_slopes=torch.rand(2))
     with pytest.raises(ValueError, match="window_size must be a pair"):
@@ -229,7 +253,8 @@ def test_argument_errors():
         ring_flash_attn_varlen_func(q, q, q, cu, 8)
     with pytest.raises(ValueError, match="cu_seqlens must be a 1-D int32 tensor"):
         ring_flash_attn_varlen_func(t, t, t, cu.long(), 8)
-    with pytest.raises(NotImplementedError, match="window_size.*global query/key offsets"):
+    with pytest.raises(NotImplementedError,
+                       match="window_size.*packed sequences.*global query/key offsets"):
         ring_flash_attn_varlen_func(t, t, t, cu, 8, window_size=(2, 2))
     with pytest.raises(ValueError, match=r"needs an even.*q.shape\[0\] = 7"):
         ring_flash_attn_varlen_func(t[:7], t[:7], t[:7], cu, 8)
@@ -242,7 +267,7 @@ def test_argument_errors():
 #   heads: (nheads, nheads_k); group: the global ranks of a subgroup (None: the default group)
 
 _BASE = dict(dtype="fp32", heads=(4, 2), d=32, dv=32, softcap=0.0, deterministic=False,
-             group=None, probs=True)
+             group=None, probs=True, window=(-1, -1))
 CASES = {
     1: [dict(layout="zigzag", causal=True, chunk=5)],  # a ring of one: no transfers
     2: [
@@ -253,6 +278,8 @@ CASES = {
         dict(layout="zigzag", causal=True, chunk=12, dtype="bf16"),
         dict(layout="zigzag", causal=True, chunks=(7, 0, 4)),
         dict(layout="plain", causal=False, chunks=(5, 9), softcap=3.0),
+        dict(layout="zigzag", causal=True, chunk=7, window=(5, -1)),
+        dict(layout="plain", causal=False, chunk=9, window=(4, 11)),
     ],
     3: [
         dict(layout="zigzag", causal=True, chunk=9, softcap=2.5),
@@ -262,6 +289,8 @@ CASES = {
         dict(layout="zigzag", causal=True, chunk=7, group=(1, 2), deterministic=True),
         dict(layout="zigzag", causal=True, chunks=(3, 5), heads=(4, 1), softcap=2.0),
         dict(layout="plain", causal=True, chunks=(7, 2, 0), group=(0, 2)),
+        dict(layout="zigzag", causal=False, chunk=7, window=(9, 2), heads=(4, 1)),
+        dict(layout="plain", causal=True, chunk=8, window=(13, -1), softcap=2.0),
     ],
     4: [
         dict(layout="zigzag", causal=True, chunk=7),
@@ -272,6 +301,8 @@ CASES = {
              deterministic=True),
         dict(layout="zigzag", causal=True, chunks=(3, 1, 6), dtype="bf16", deterministic=True),
         dict(layout="zigzag", causal=False, chunks=(2, 5), dv=16, probs=False),
+        dict(layout="zigzag", causal=True, chunk=6, window=(7, -1), dtype="bf16"),
+        dict(layout="zigzag", causal=False, chunk=5, window=(-1, 3), deterministic=True),
     ],
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -299,6 +330,8 @@ def _case_id(world_size, i):
         parts.append("det")
     if c["group"]:
         parts.append("group" + "".join(map(str, c["group"])))
+    if c["window"] != (-1, -1):
+        parts.append("window{}x{}".format(*c["window"]))
     return "-".join(parts)
 
 
@@ -344,6 +377,8 @@ def _run_case(case, data, group):
     dout = shard(data["dout"])
     kw = dict(group=group, causal=case["causal"], softcap=case["softcap"],
               deterministic=case["deterministic"], layout=case["layout"])
+    if case["window"] != (-1, -1):
+        kw["window_size"] = case["window"]
     if case["probs"]:
         out, lse, probs = attn(q, k, v, return_attn_probs=True, **kw)
         assert probs is None
@@ -449,7 +484,7 @@ def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
         raise AssertionError(f"ring workers failed; {where}") from results
     case = _case(world_size, index)
     data = _inputs(case, torch.Generator().manual_seed(run_seed + index))
-    opts = dict(causal=case["causal"], softcap=case["softcap"])
+    opts = dict(causal=case["causal"], softcap=case["softcap"], window_size=case["window"])
     if case["varlen"]:
         ref, low = ref_and_lowp_varlen(data["q"], data["k"], data["v"], data["cu"], data["cu"],
                                        data["dout"], **opts)

@@ -245,11 +245,68 @@ def _step_pair(layout, causal, rank, src):
     return ("all", "first", False) if src < rank else ("second", "all", False)
 
 
+def _pieces(layout, rank, world_size, seqlen_local):
+    """(global start, local start, length) of each chunk a rank holds (one plain, two zigzag)."""
+    if layout == "plain":
+        return [(rank * seqlen_local, 0, seqlen_local)]
+    half = seqlen_local // 2
+    return [(rank * half, 0, half), ((2 * world_size - 1 - rank) * half, half, half)]
+
+
+def _window_pairs(layout, rank, src, world_size, seqlen_local, window_left, window_right):
+    """The calls of rank `rank`'s queries against the K/V chunk of rank `src` under a sliding
+    window over the full sequence (window_right 0 when causal; -1 = unbounded side): a list of
+    (query rows, key rows, window_left, window_right), rows as local slices, for calls whose
+    own window (bottom-right aligned on their lengths) is the global one.
+
+    A query chunk at global offset gq against a key chunk at gk (equal lengths n): with d =
+    gq - gk, local query i sees local key j iff i + d - wl <= j <= i + d + wr, a band [i + lo,
+    i + hi]. A band round the diagonal (lo <= 0 <= hi) is the window (-lo, hi) on the chunks;
+    one right of it (lo > 0) leaves the last lo queries without keys: the first n - lo queries
+    against all keys give the shift lo and the window (0, hi - lo); one left of it (hi < 0)
+    leaves the last -hi keys unseen: all queries against the first n + hi keys give the shift
+    hi and the window (hi - lo, 0). A band outside the chunks is no call.
+    """
+    pairs = []
+    for gq, lq, n in _pieces(layout, rank, world_size, seqlen_local):
+        for gk, lk, _ in _pieces(layout, src, world_size, seqlen_local):
+            d = gq - gk
+            lo = None if window_left < 0 else d - window_left
+            hi = None if window_right < 0 else d + window_right
+            if (lo is not None and lo >= n) or (hi is not None and hi <= -n) or n == 0:
+                continue
+            if lo is not None and lo > 0:
+                pairs.append((slice(lq, lq + n - lo), slice(lk, lk + n), 0,
+                              -1 if hi is None else hi - lo))
+            elif hi is not None and hi < 0:
+                pairs.append((slice(lq, lq + n), slice(lk, lk + n + hi),
+                              -1 if lo is None else hi - lo, 0))
+            else:
+                pairs.append((slice(lq, lq + n), slice(lk, lk + n),
+                              -1 if lo is None else -lo, -1 if hi is None else hi))
+    return pairs
+
+
+def _step_calls(layout, causal, window, rank, src, world_size, seqlen_local):
+    """Every call of one ring step: (query rows, key rows, window_left, window_right), rows
+    "all" / "first" / "second" or local slices (window: padded layout only)."""
+    if window is not None:
+        wl, wr = window
+        return _window_pairs(layout, rank, src, world_size, seqlen_local, wl,
+                             0 if causal else wr)
+    pair = _step_pair(layout, causal, rank, src)
+    if pair is None:
+        return []
+    qp, kp, is_causal = pair
+    return [(qp, kp, -1, 0 if is_causal else -1)]
+
+
 class _PaddedRows:
     """The local rows of the padded layout: slices along dim 1 (softmax_lse: dim 2)."""
 
     def __init__(self, seqlen):
         half = seqlen // 2
+        self.seqlen = seqlen
         self.sel = {"all": slice(0, seqlen), "first": slice(0, half),
                     "second": slice(half, seqlen)}
 
@@ -258,7 +315,8 @@ class _PaddedRows:
         return q.shape[0], q.shape[2], q.shape[1]
 
     def take(self, x, part, lse=False):
-        return x[:, :, self.sel[part]] if lse else x[:, self.sel[part]]
+        rows = part if isinstance(part, slice) else self.sel[part]
+        return x[:, :, rows] if lse else x[:, rows]
 
     def put(self, acc, part, value, lse=False):
         self.take(acc, part, lse).copy_(value)
@@ -330,17 +388,18 @@ class _VarlenRows:
 # Forward and backward (padded and varlen alike, through the rows object).
 # ---------------------------------------------------------------------------------------------
 
-def _causal_opts(is_causal):
-    return dict(causal=is_causal, window_right=0 if is_causal else -1)
+def _window_opts(window_left, window_right):
+    return dict(causal=False, window_left=window_left, window_right=window_right)
 
 
 class _RingFlashAttn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, rows, group, softmax_scale, causal, softcap, deterministic,
-                layout):
+                layout, window):
         ring = _Ring(group)
-        opts = dict(softmax_scale=softmax_scale, window_left=-1, softcap=softcap,
-                    alibi_slopes=None, deterministic=deterministic)
+        opts = dict(softmax_scale=softmax_scale, softcap=softcap, alibi_slopes=None,
+                    deterministic=deterministic)
+        seqlen_local = getattr(rows, "seqlen", None)
         out_acc = q.new_zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32)
         lse_acc = q.new_full(rows.lse_shape(q), float("-inf"), dtype=torch.float32)
         shapes = (k.shape, v.shape)
@@ -350,12 +409,11 @@ class _RingFlashAttn(torch.autograd.Function):
             if not last:  # the next chunk is in flight while this one is computed on
                 kv_next, works = ring.exchange(kv, _TAG_KV)
             src = (ring.rank - step) % ring.world_size
-            pair = _step_pair(layout, causal, ring.rank, src)
-            if pair is not None:
-                qp, kp, is_causal = pair
-                kc, vc = _unpack(kv, shapes)
+            kc, vc = _unpack(kv, shapes)
+            for qp, kp, wl, wr in _step_calls(layout, causal, window, ring.rank, src,
+                                              ring.world_size, seqlen_local):
                 o, lse = rows.fwd(rows.take(q, qp), rows.take(kc, kp), rows.take(vc, kp), qp, kp,
-                                  **_causal_opts(is_causal), **opts)
+                                  **_window_opts(wl, wr), **opts)
                 o, lse = merge_attn_partials((rows.take(out_acc, qp), o),
                                              (rows.take(lse_acc, qp, lse=True), lse))
                 rows.put(out_acc, qp, o)
@@ -367,6 +425,7 @@ class _RingFlashAttn(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse_acc)
         ctx.mark_non_differentiable(lse_acc)
         ctx.ring, ctx.rows, ctx.opts, ctx.causal, ctx.layout = ring, rows, opts, causal, layout
+        ctx.window, ctx.seqlen_local = window, seqlen_local
         return out, lse_acc
 
     @staticmethod
@@ -383,17 +442,19 @@ class _RingFlashAttn(torch.autograd.Function):
             if not last:
                 kv_next, kv_works = ring.exchange(kv, _TAG_KV)
             src = (ring.rank - step) % ring.world_size
-            pair = _step_pair(ctx.layout, ctx.causal, ring.rank, src)
-            if pair is not None:
-                qp, kp, is_causal = pair
-                kc, vc = _unpack(kv, shapes)
-                # With the merged out and lse, a pair's backward gives its exact share
+            calls = _step_calls(ctx.layout, ctx.causal, ctx.window, ring.rank, src,
+                                ring.world_size, ctx.seqlen_local)
+            kc, vc = _unpack(kv, shapes)
+            grads = []
+            for qp, kp, wl, wr in calls:
+                # With the merged out and lse, a call's backward gives its exact share
                 # (the op's D = rowsum(dout * out) is then the global one).
                 dq, dk, dv = rows.bwd(
                     rows.take(dout, qp), rows.take(q, qp), rows.take(kc, kp),
                     rows.take(vc, kp), rows.take(out, qp), rows.take(lse, qp, lse=True), qp, kp,
-                    **_causal_opts(is_causal), **ctx.opts)
+                    **_window_opts(wl, wr), **ctx.opts)
                 rows.add(dq_acc, qp, dq)
+                grads.append((kp, dk, dv))
             # The fp32 dK/dV accumulator of src's chunk: fresh at step 0, else what the
             # previous rank sent after its own step (that transfer overlapped this compute).
             if step == 0:
@@ -401,8 +462,8 @@ class _RingFlashAttn(torch.autograd.Function):
             else:
                 _wait(dkv_works)
                 dkv = dkv_next
-            if pair is not None:
-                dk_acc, dv_acc = _unpack(dkv, shapes)
+            dk_acc, dv_acc = _unpack(dkv, shapes)
+            for kp, dk, dv in grads:
                 rows.add(dk_acc, kp, dk)
                 rows.add(dv_acc, kp, dv)
             dkv_next, dkv_works = ring.exchange(dkv, _TAG_DKV)
@@ -411,7 +472,7 @@ class _RingFlashAttn(torch.autograd.Function):
                 kv = kv_next
         _wait(dkv_works)  # after W steps each chunk's accumulator is back on its own rank
         dk, dv = _unpack(dkv_next, shapes)
-        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 7
+        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 8
 
 
 def _check_inputs(fn, q, k, v, layout, varlen):
@@ -439,8 +500,9 @@ def _check_inputs(fn, q, k, v, layout, varlen):
 
 
 def _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
-                  deterministic):
-    """The options shared by the ring calls, checked; raises for what the ring cannot do."""
+                  deterministic, window_ok):
+    """The options shared by the ring calls, checked, with "window": the user's (window_left,
+    window_right), or None without one; raises for what the ring cannot do."""
     if dropout_p != 0.0:
         raise NotImplementedError(
             f"flashattn: {fn}: dropout_p = {dropout_p} is not supported: dropout "
@@ -450,10 +512,14 @@ def _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_s
             f"flashattn: {fn}: alibi_slopes is not supported: the ALiBi bias {_OFFSETS_MISSING}")
     # The user's window as given (causal=False here: causal's window_right = 0 is ours).
     opts = _options(q, 0.0, softmax_scale, False, window_size, softcap, None, deterministic)
+    opts["window"] = None
     if opts["window_left"] >= 0 or opts["window_right"] >= 0:
-        raise NotImplementedError(
-            f"flashattn: {fn}: window_size = {tuple(window_size)} is not supported (only "
-            f"(-1, -1)): a sliding window {_OFFSETS_MISSING}")
+        if not window_ok:
+            raise NotImplementedError(
+                f"flashattn: {fn}: window_size = {tuple(window_size)} is not supported (only "
+                f"(-1, -1)): a sliding window over packed sequences {_OFFSETS_MISSING} (the "
+                f"padded ring_flash_attn_func takes it)")
+        opts["window"] = (opts["window_left"], opts["window_right"])
     return opts
 
 
@@ -499,8 +565,9 @@ def ring_flash_attn_func(
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask over the full sequence (query at global position i sees keys
             j <= i). Use layout="zigzag" for an even load across the ranks.
-        window_size: must be (-1, -1) (NotImplementedError): a sliding window needs the
-            global query/key offsets the ops do not take yet.
+        window_size: (left, right) sliding window over the full sequence (-1: unbounded),
+            as flash_attn_func (causal: right = 0). Each ring step runs only the chunk pairs
+            the window reaches, with the window translated to the pair's offset.
         softcap: if > 0, scores become softcap * tanh(score / softcap).
         alibi_slopes: must be None (NotImplementedError): the ALiBi bias depends on global
             positions, which needs the global query/key offsets the ops do not take yet.
@@ -520,11 +587,11 @@ def ring_flash_attn_func(
     fn = "ring_flash_attn_func"
     _check_inputs(fn, q, k, v, layout, varlen=False)
     opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
-                         deterministic)
+                         deterministic, window_ok=True)
     _check_group(fn, group)
     out, softmax_lse = _RingFlashAttn.apply(
         q, k, v, _PaddedRows(q.shape[1]), group, opts["softmax_scale"], bool(causal),
-        opts["softcap"], bool(deterministic), layout)
+        opts["softcap"], bool(deterministic), layout, opts["window"])
     return _result(out, softmax_lse, return_attn_probs)
 
 
@@ -562,7 +629,8 @@ def ring_flash_attn_varlen_func(
             must be even. Not checked (that would need a host sync): wrong metadata gives
             wrong numbers, never an out-of-bounds access.
         max_seqlen: int, at least the longest local length.
-        other arguments: as ring_flash_attn_func (the same ones are not supported).
+        other arguments: as ring_flash_attn_func (the same ones are not supported, and
+            window_size must be (-1, -1): NotImplementedError).
 
     Returns:
         out: (total_local, nheads, headdim_v), or (out, softmax_lse, None) with
@@ -571,7 +639,7 @@ def ring_flash_attn_varlen_func(
     fn = "ring_flash_attn_varlen_func"
     _check_inputs(fn, q, k, v, layout, varlen=True)
     opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
-                         deterministic)
+                         deterministic, window_ok=False)
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or (
             cu_seqlens.numel() < 1 or cu_seqlens.dtype != torch.int32):
         raise ValueError(f"flashattn: {fn}: cu_seqlens must be a 1-D int32 tensor of batch + 1 "
@@ -583,5 +651,5 @@ def ring_flash_attn_varlen_func(
     rows = _VarlenRows(cu_seqlens, int(max_seqlen), q.shape[0], layout == "zigzag")
     out, softmax_lse = _RingFlashAttn.apply(
         q, k, v, rows, group, opts["softmax_scale"], bool(causal), opts["softcap"],
-        bool(deterministic), layout)
+        bool(deterministic), layout, None)
     return _result(out, softmax_lse, return_attn_probs)
