@@ -277,3 +277,42 @@ def test_suite_rules(tmp_path, require):
     assert "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take" in out, out
     if require:
         assert "FAILED test_rules.py::test_cuda_no_kernel" in out, out
+
+
+# Decoding-shaped calls (<= 64 query rows per KV head over >= 512 keys) run the split-KV
+# decode kernels by default: (batch, sq, sk, (H, Hk), d, options). Several splits (the default
+# count fills a wave), a KV group's rows packed into one tile (16, 32 and 64-row tiles), head
+# dims masked past d, masks, score mods.
+DECODE_CASES = [
+    (2, 1, 700, (8, 2), 128, {}),
+    (1, 3, 3000, (12, 1), 64, dict(causal=True)),
+    (3, 2, 1000, (4, 4), 59, dict(window_size=(300, 0))),
+    (1, 8, 2048, (16, 2), 256, dict(softcap=5.0)),
+    (2, 4, 900, (8, 1), 96, dict(causal=True, alibi=True)),
+    (1, 1, 512, (2, 1), 32, {}),
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", DECODE_CASES, ids=lambda c: f"b{c[0]}-{c[1]}x{c[2]}-h{c[3][0]}"
+                         f"x{c[3][1]}-d{c[4]}-{'-'.join(c[5]) or 'plain'}")
+def test_cuda_decode_shaped(case, monkeypatch):
+    """The split-KV decode kernels behind flash_attn_func, against float64 (out, lse, and the
+    backward on the saved lse)."""
+    monkeypatch.delenv("FLASHATTN_FORCE_BACKEND", raising=False)
+    B, sq, sk, (H, Hk), d, opts = case
+    kw = dict(opts)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(B, H, device="cuda")
+    dtype = torch.bfloat16
+    q, k, v = (rand([B, n, h, d], dtype, "cuda") for n, h in ((sq, H), (sk, Hk), (sk, Hk)))
+    assert flashattn.kernel_path(q, k, v, **kw) == "sm80-decode"
+    dout = rand([B, sq, H, d], dtype, "cuda")
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    out, lse, _ = flashattn.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kw)
+    dq, dk, dv = torch.autograd.grad(out, (qg, kg, vg), dout)
+    ref, low = ref_and_lowp(q, k, v, dout, **kw)
+    check_results(dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv), ref, low, dtype)
+    # Forced onto sm80, the same call runs the main kernels (not the decode ones).
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm80")
+    assert flashattn.kernel_path(q, k, v, **kw) in ("sm80", "sm80-ptx")
