@@ -59,17 +59,18 @@ inline int bwd_num_splits(const BwdParams& p) {
   return static_cast<int>(g < 1 ? 1 : g);
 }
 
-// Dropout (params.h, philox.h) on row i, columns [j0, j0 + n) of (b, h), j0 a multiple of 16
-// (every tile starts at one): x[j] *= kept ? keep_factor : drop_factor.
+// Dropout (params.h, philox.h) on row i, columns [j0, j0 + n) of (b, h): x[j] *= kept ?
+// keep_factor : drop_factor. One Philox call per 16-column group the range touches.
 inline void dropout_row(const FwdParams& p, int b, int h, int i, int j0, int n,
                         float keep_factor, float drop_factor, float* x) {
   const uint64_t seed = static_cast<uint64_t>(p.rng_state[0]);
   const uint64_t offset = static_cast<uint64_t>(p.rng_state[1]);
-  for (int j = 0; j < n; j += 16) {
+  for (int j = 0; j < n;) {
+    const int c0 = (j0 + j) & 15, e = n - j < 16 - c0 ? n - j : 16 - c0;
     const Philox4 r = dropout_bits(seed, offset, b, h, i, (j0 + j) >> 4);
-    const int e = n - j < 16 ? n - j : 16;
     for (int c = 0; c < e; ++c)
-      x[j + c] *= dropout_byte(r, c) >= p.dropout_threshold ? keep_factor : drop_factor;
+      x[j + c] *= dropout_byte(r, c0 + c) >= p.dropout_threshold ? keep_factor : drop_factor;
+    j += e;
   }
 }
 
