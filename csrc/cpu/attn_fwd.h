@@ -145,7 +145,7 @@ struct FwdKernel {
         const float mx = row_max[i], ref = mx > s2 ? mx : s2;
         const float alpha = exp2f(mx - ref), l = row_sum[i] * alpha + exp2f(s2 - ref);
         store_row<kDt>(o + i * dvp, dv, alpha * keep_scale / l, out + i * p.o_row_stride);
-        lse[i] = ref * kLn2 + logf(l);
+        lse[i] = (mx > s2 ? mx * kLn2 : p.sink_ptr[h]) + logf(l);  // exactly sink if empty
       }
     }
   }
