@@ -27,9 +27,9 @@ set + hard corners), test_varlen, test_api (packed APIs, return_attn_probs, dete
 non-contiguous), test_opcheck, test_compile, test_bad_input, test_bad_metadata,
 test_stable_abi, test_torch_version (the import-time check of torch against the build),
 test_kvcache (flash_attn_with_kvcache and paged KV against the reference), test_kvcache_edges
-(its wrong metadata, argument errors, compile, opcheck), test_cuda (CUDA-only extras), test_dropout and test_sinks (issue 15: dropout, attention sinks),
-test_backend (the backend choice, the sm90 forward, these rules),
-test_build_archs (setup's arch-list rules), test_bench_* (the benchmark).
+(its wrong metadata, argument errors, compile, opcheck), test_cuda (CUDA-only extras),
+test_dropout and test_sinks (issue 15: dropout, attention sinks), test_backend (the backend
+choice, the sm90 forward, these rules), test_build_archs (setup's arch-list rules), test_bench_* (the benchmark).
 """
 import logging
 import os
