@@ -149,7 +149,7 @@ def _check_s_rowsums(s_dmask, ref, low, lens_q, sink, dtype, varlen):
                  scale=torch.finfo(dtype).eps * s_dmask.shape[-1] / (64 * 1.2e-7))
 
 
-def _factors(device):
+def dropout_factors(device):
     return dict(
         dtype=dtypes_for(device),
         hd=HD,
@@ -164,15 +164,16 @@ def _factors(device):
     )
 
 
-def _params():
+def feature_params(factors, seed):
+    """pytest params of run_case: a covering set of factors(device) on every device."""
     out = []
     for device in DEVICES:
-        for c in covering_set(_factors(device), seed=1):
+        for c in covering_set(factors(device), seed=seed):
             out.append(pytest.param(device, c, id=f"{device}-{case_id(c)}"))
     return out
 
 
-@pytest.mark.parametrize("device,c", _params())
+@pytest.mark.parametrize("device,c", feature_params(dropout_factors, seed=1))
 def test_dropout(device, c, seed):
     run_case(device, c, seed)
 

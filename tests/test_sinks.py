@@ -10,35 +10,16 @@ import pytest
 import torch
 
 import flashattn
-from helpers import DEVICES, HD_SINK, assert_close, case_id, covering_set, dtypes_for, rand
-from reference import ref_and_lowp_ext
-from test_dropout import SHAPES, run_case
+from helpers import DEVICES, HD_SINK, rand
+from test_dropout import dropout_factors, feature_params, run_case
 
 
 def _factors(device):
-    return dict(
-        dtype=dtypes_for(device),
-        hd=HD_SINK,
-        shape=list(SHAPES),
-        causal=[False, True],
-        window=["none", "sym", "left", "right"],
-        softcap=[0.0, 2.0],
-        alibi=["none", "h", "bh"],
-        heads=["mha", "gqa", "mqa", "gqa4"],
-        p=[0.0, 0.3],
-        sink=[True],
-    )
+    return dict(dropout_factors(device), hd=HD_SINK, heads=["mha", "gqa", "mqa", "gqa4"],
+                p=[0.0, 0.3], sink=[True])
 
 
-def _params():
-    out = []
-    for device in DEVICES:
-        for c in covering_set(_factors(device), seed=2):
-            out.append(pytest.param(device, c, id=f"{device}-{case_id(c)}"))
-    return out
-
-
-@pytest.mark.parametrize("device,c", _params())
+@pytest.mark.parametrize("device,c", feature_params(_factors, seed=2))
 def test_sinks(device, c, seed):
     run_case(device, c, seed)
 

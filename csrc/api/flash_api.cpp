@@ -653,6 +653,17 @@ Tensors2 fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, std::optional<Ten
   return {out, lse};
 }
 
+// The checks of a padded call, or of a varlen one when cu_seqlens_q / cu_seqlens_k are given.
+Problem check_either(const Tensor& q, const Tensor& k, const Tensor& v,
+                     const std::optional<Tensor>& cu_seqlens_q,
+                     const std::optional<Tensor>& cu_seqlens_k, int64_t max_seqlen_q,
+                     int64_t max_seqlen_k) {
+  FLASHATTN_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
+                  "cu_seqlens_q and cu_seqlens_k must be given together (varlen) or not at all");
+  if (!cu_seqlens_q) return check_qkv(q, k, v, /*varlen=*/false);
+  return check_varlen(q, k, v, *cu_seqlens_q, *cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+}
+
 // The backend a call would run (the ops' own choice, with the same input checks), as
 // flashattn.kernel_path reports it. Runs no kernel and allocates nothing.
 std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
@@ -663,12 +674,8 @@ std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
                         std::optional<Tensor> learnable_sink) {
   FLASHATTN_CHECK(direction == "fwd" || direction == "bwd",
                   "direction must be 'fwd' or 'bwd', got '", direction, "'");
-  FLASHATTN_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
-                  "cu_seqlens_q and cu_seqlens_k must be given together (varlen) or not at all");
   const bool varlen = cu_seqlens_q.has_value();
-  Problem pb = varlen ? check_varlen(q, k, v, *cu_seqlens_q, *cu_seqlens_k, max_seqlen_q,
-                                     max_seqlen_k)
-                      : check_qkv(q, k, v, /*varlen=*/false);
+  Problem pb = check_either(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), false),
                               dropout_p, std::nullopt, std::move(learnable_sink));
@@ -693,12 +700,8 @@ Tensor attn_probs(Tensor q, Tensor k, Tensor v, Tensor softmax_lse,
                   int64_t window_left, int64_t window_right, double softcap,
                   std::optional<Tensor> alibi_slopes, double dropout_p,
                   std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink) {
-  FLASHATTN_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
-                  "cu_seqlens_q and cu_seqlens_k must be given together (varlen) or not at all");
   const bool varlen = cu_seqlens_q.has_value();
-  Problem pb = varlen ? check_varlen(q, k, v, *cu_seqlens_q, *cu_seqlens_k, max_seqlen_q,
-                                     max_seqlen_k)
-                      : check_qkv(q, k, v, /*varlen=*/false);
+  Problem pb = check_either(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), false),
                               dropout_p, std::move(rng_state), std::move(learnable_sink));
