@@ -81,7 +81,7 @@ def _result(out, softmax_lse, return_attn_probs, probs_args=None, opts=None):
     dropout, from torch.ops.flashattn.attn_probs (no autograd), else None."""
     if not return_attn_probs:
         return out
-    if opts["dropout_p"] == 0.0:
+    if opts is None or opts["dropout_p"] == 0.0:
         return out, softmax_lse, None
     q, k, v, *varlen = (x.detach() if isinstance(x, torch.Tensor) else x for x in probs_args)
     probs_opts = {n: x for n, x in opts.items() if n != "deterministic"}

@@ -1,5 +1,5 @@
-// The ops torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd,fwd_kvcache}: input checks, output
-// allocation through torch, params filling, dispatch to a backend. Stable ABI only.
+// The ops torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd,fwd_kvcache,attn_probs}: input checks,
+// output allocation through torch, params filling, dispatch to a backend. Stable ABI only.
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
