@@ -3,8 +3,8 @@
 Importing the package checks that this torch can load the build (torch >= the stable-ABI
 target version recorded by setup.py; a CUDA build of torch for a build with CUDA kernels), then
 loads the compiled extension, which registers the dispatcher ops
-`torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd,fwd_kvcache}`; `ops` adds their fake kernels and
-autograd; `interface` holds the flash-attn 2.x compatible functions.
+`torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd,fwd_kvcache,attn_probs}`; `ops` adds their fake
+kernels and autograd; `interface` holds the flash-attn 2.x compatible functions.
 """
 import re
 

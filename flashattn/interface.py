@@ -11,6 +11,17 @@ j iff i + seqlen_k - seqlen_q - window_size[0] <= j <= i + seqlen_k - seqlen_q +
 (-1 = unbounded side); causal=True sets window_size[1] = 0. A row that sees no key gives out = 0
 and softmax_lse = -inf.
 
+Dropout (dropout_p > 0, applied whenever it is given, as in flash-attn: pass 0.0 at evaluation)
+drops each attention probability with probability p quantised to round(p * 256) / 256 (at least
+1/256) and scales the kept ones by 1 / (1 - that); the mask is a Philox function of a seed and
+offset drawn here from torch's generator (torch.randint on q's device, so torch.manual_seed
+reproduces a call and CUDA-graph replays draw fresh masks) and of (batch, head, row, column); the
+backward regenerates it. learnable_sink (FA4's name): fp32 (nheads,), a logit per head in the
+units of the scaled scores whose exp joins every row's softmax denominator (a key of value 0);
+softmax_lse includes it, a row that sees no key gets out = 0 and softmax_lse = sink, and the
+sink gets a gradient. Both run on the CPU backend; the CUDA kernels are not built yet (issue
+15): a CUDA call raises RuntimeError naming that.
+
 Checks on tensors (shapes, dtypes, devices, head dims) are the C++ op's; this layer checks only
 what the op cannot see.
 """
@@ -28,11 +39,18 @@ __all__ = [
 ]
 
 
+def _rng_state(q, dropout_p):
+    """int64 (2,) = (seed, offset) of the dropout mask, drawn on q's device from torch's
+    generator (CUDA-graph safe); None without dropout."""
+    if dropout_p == 0.0:
+        return None
+    return torch.randint(-(2 ** 63), 2 ** 63 - 1, (2,), dtype=torch.int64, device=q.device)
+
+
 def _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-             deterministic):
-    """The op's keyword arguments for the public-API options."""
-    if dropout_p != 0.0:
-        raise NotImplementedError("flashattn: dropout_p != 0 is not supported yet")
+             deterministic, learnable_sink=None, draw_rng=True):
+    """The op's keyword arguments for the public-API options (draw_rng: draw the dropout
+    seed and offset, which advances torch's generator)."""
     try:
         window_left, window_right = window_size
     except (TypeError, ValueError):
@@ -52,11 +70,26 @@ def _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_sl
         softcap=softcap,
         alibi_slopes=alibi_slopes,
         deterministic=deterministic,
+        dropout_p=dropout_p,
+        rng_state=_rng_state(q, dropout_p) if draw_rng else None,
+        learnable_sink=learnable_sink,
     )
 
 
-def _result(out, softmax_lse, return_attn_probs):
-    return (out, softmax_lse, None) if return_attn_probs else out
+def _result(out, softmax_lse, return_attn_probs, probs_args=None, opts=None):
+    """out, or (out, softmax_lse, S) with return_attn_probs: S (flash-attn's S_dmask) only with
+    dropout, from torch.ops.flashattn.attn_probs (no autograd), else None."""
+    if not return_attn_probs:
+        return out
+    if opts is None or opts["dropout_p"] == 0.0:
+        return out, softmax_lse, None
+    q, k, v, *varlen = (x.detach() if isinstance(x, torch.Tensor) else x for x in probs_args)
+    probs_opts = {n: x for n, x in opts.items() if n != "deterministic"}
+    if probs_opts["learnable_sink"] is not None:
+        probs_opts["learnable_sink"] = probs_opts["learnable_sink"].detach()
+    varlen = varlen or [None, None, q.shape[1], k.shape[1]]
+    s_dmask = torch.ops.flashattn.attn_probs(q, k, v, softmax_lse, *varlen, **probs_opts)
+    return out, softmax_lse, s_dmask
 
 
 def flash_attn_func(
@@ -71,6 +104,8 @@ def flash_attn_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    *,
+    learnable_sink=None,
 ):
     """Exact attention on padded batches.
 
@@ -78,7 +113,8 @@ def flash_attn_func(
         q: (batch, seqlen_q, nheads, headdim).
         k: (batch, seqlen_k, nheads_k, headdim).
         v: (batch, seqlen_k, nheads_k, headdim_v).
-        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
+            CPU only for now.
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -86,19 +122,21 @@ def flash_attn_func(
         alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
             -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
         deterministic: use the deterministic backward (same gradients bit for bit on reruns).
-        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
-            attention probabilities, which flash-attn only produces with dropout.
+        return_attn_probs: if True return (out, softmax_lse, S): with dropout_p > 0, S is
+            (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
+            dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
+            masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
+            only for now.
 
     Returns:
-        out: (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None) with
+        out: (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, S) with
         return_attn_probs, softmax_lse fp32 (batch, nheads, seqlen_q).
     """
-    out, softmax_lse = torch.ops.flashattn.fwd(
-        q, k, v,
-        **_options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                   deterministic),
-    )
-    return _result(out, softmax_lse, return_attn_probs)
+    opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, learnable_sink)
+    out, softmax_lse = torch.ops.flashattn.fwd(q, k, v, **opts)
+    return _result(out, softmax_lse, return_attn_probs, (q, k, v), opts)
 
 
 def flash_attn_kvpacked_func(
@@ -112,13 +150,16 @@ def flash_attn_kvpacked_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    *,
+    learnable_sink=None,
 ):
     """Exact attention on padded batches, k and v packed.
 
     Arguments:
         q: (batch, seqlen_q, nheads, headdim).
         kv: (batch, seqlen_k, 2, nheads_k, headdim).
-        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
+            CPU only for now.
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -126,16 +167,21 @@ def flash_attn_kvpacked_func(
         alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
             -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
         deterministic: use the deterministic backward (same gradients bit for bit on reruns).
-        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
-            attention probabilities, which flash-attn only produces with dropout.
+        return_attn_probs: if True return (out, softmax_lse, S): with dropout_p > 0, S is
+            (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
+            dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
+            masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
+            only for now.
 
     Returns:
-        out: (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, None) with
+        out: (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, S) with
         return_attn_probs, softmax_lse fp32 (batch, nheads, seqlen_q).
     """
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs)
+                           alibi_slopes, deterministic, return_attn_probs,
+                           learnable_sink=learnable_sink)
 
 
 def flash_attn_qkvpacked_func(
@@ -148,12 +194,15 @@ def flash_attn_qkvpacked_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    *,
+    learnable_sink=None,
 ):
     """Exact self-attention on padded batches, q, k, v packed.
 
     Arguments:
         qkv: (batch, seqlen, 3, nheads, headdim).
-        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
+            CPU only for now.
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -161,16 +210,21 @@ def flash_attn_qkvpacked_func(
         alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
             -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
         deterministic: use the deterministic backward (same gradients bit for bit on reruns).
-        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
-            attention probabilities, which flash-attn only produces with dropout.
+        return_attn_probs: if True return (out, softmax_lse, S): with dropout_p > 0, S is
+            (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
+            dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
+            masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
+            only for now.
 
     Returns:
-        out: (batch, seqlen, nheads, headdim), or (out, softmax_lse, None) with
+        out: (batch, seqlen, nheads, headdim), or (out, softmax_lse, S) with
         return_attn_probs, softmax_lse fp32 (batch, nheads, seqlen).
     """
     q, k, v = qkv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs)
+                           alibi_slopes, deterministic, return_attn_probs,
+                           learnable_sink=learnable_sink)
 
 
 def flash_attn_varlen_func(
@@ -190,6 +244,8 @@ def flash_attn_varlen_func(
     deterministic=False,
     return_attn_probs=False,
     block_table=None,
+    *,
+    learnable_sink=None,
 ):
     """Exact attention on a batch of variable-length sequences.
 
@@ -202,7 +258,8 @@ def flash_attn_varlen_func(
         cu_seqlens_k: int32 (batch + 1,), the same for k and v.
         max_seqlen_q: int, at least the longest query length.
         max_seqlen_k: int, at least the longest key length.
-        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
+            CPU only for now.
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -210,8 +267,12 @@ def flash_attn_varlen_func(
         alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
             -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
         deterministic: use the deterministic backward (same gradients bit for bit on reruns).
-        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
-            attention probabilities, which flash-attn only produces with dropout.
+        return_attn_probs: if True return (out, softmax_lse, S): with dropout_p > 0, S is
+            (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
+            dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
+            masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
+            only for now.
         block_table: None, or int32 (batch, max_num_blocks_per_seq) for paged KV (prefill
             from a paged cache): k and v are then (num_blocks, page_block_size, nheads_k,
             headdim / headdim_v), page_block_size a multiple of 16, and sequence b's
@@ -220,16 +281,21 @@ def flash_attn_varlen_func(
             only: the backward raises NotImplementedError.
 
     Returns:
-        out: (total_q, nheads, headdim_v), or (out, softmax_lse, None) with
+        out: (total_q, nheads, headdim_v), or (out, softmax_lse, S) with
         return_attn_probs, softmax_lse fp32 (nheads, total_q).
     """
+    opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, learnable_sink)
     out, softmax_lse = torch.ops.flashattn.varlen_fwd(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        **_options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                   deterministic),
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **opts,
         block_table=block_table,
     )
-    return _result(out, softmax_lse, return_attn_probs)
+    if return_attn_probs and dropout_p != 0.0 and block_table is not None:
+        raise NotImplementedError(
+            "flashattn: return_attn_probs with dropout and block_table (paged KV) is not "
+            "supported")
+    return _result(out, softmax_lse, return_attn_probs,
+                   (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), opts)
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -247,6 +313,8 @@ def flash_attn_varlen_kvpacked_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    *,
+    learnable_sink=None,
 ):
     """Exact attention on variable-length sequences, k and v packed.
 
@@ -257,7 +325,8 @@ def flash_attn_varlen_kvpacked_func(
         cu_seqlens_k: int32 (batch + 1,), cumulative key lengths (row offsets into kv).
         max_seqlen_q: int, at least the longest query length.
         max_seqlen_k: int, at least the longest key length.
-        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
+            CPU only for now.
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -265,17 +334,22 @@ def flash_attn_varlen_kvpacked_func(
         alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
             -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
         deterministic: use the deterministic backward (same gradients bit for bit on reruns).
-        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
-            attention probabilities, which flash-attn only produces with dropout.
+        return_attn_probs: if True return (out, softmax_lse, S): with dropout_p > 0, S is
+            (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
+            dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
+            masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
+            only for now.
 
     Returns:
-        out: (total_q, nheads, headdim), or (out, softmax_lse, None) with
+        out: (total_q, nheads, headdim), or (out, softmax_lse, S) with
         return_attn_probs, softmax_lse fp32 (nheads, total_q).
     """
     k, v = kv.unbind(1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
-                                  softcap, alibi_slopes, deterministic, return_attn_probs)
+                                  softcap, alibi_slopes, deterministic, return_attn_probs,
+                                  learnable_sink=learnable_sink)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -290,6 +364,8 @@ def flash_attn_varlen_qkvpacked_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    *,
+    learnable_sink=None,
 ):
     """Exact self-attention on variable-length sequences, q, k, v packed.
 
@@ -297,7 +373,8 @@ def flash_attn_varlen_qkvpacked_func(
         qkv: (total, 3, nheads, headdim).
         cu_seqlens: int32 (batch + 1,), cumulative sequence lengths (row offsets into qkv).
         max_seqlen: int, at least the longest sequence length.
-        dropout_p: dropout probability; must be 0.0 (dropout is not supported yet).
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
+            CPU only for now.
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -305,17 +382,22 @@ def flash_attn_varlen_qkvpacked_func(
         alibi_slopes: None, or fp32 (nheads,) or (batch, nheads); adds
             -slope * |i + seqlen_k - seqlen_q - j| to the score of query i and key j.
         deterministic: use the deterministic backward (same gradients bit for bit on reruns).
-        return_attn_probs: if True return (out, softmax_lse, None); the None stands for the
-            attention probabilities, which flash-attn only produces with dropout.
+        return_attn_probs: if True return (out, softmax_lse, S): with dropout_p > 0, S is
+            (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
+            dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
+            masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
+            only for now.
 
     Returns:
-        out: (total, nheads, headdim), or (out, softmax_lse, None) with
+        out: (total, nheads, headdim), or (out, softmax_lse, S) with
         return_attn_probs, softmax_lse fp32 (nheads, total).
     """
     q, k, v = qkv.unbind(1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, softcap,
-                                  alibi_slopes, deterministic, return_attn_probs)
+                                  alibi_slopes, deterministic, return_attn_probs,
+                                  learnable_sink=learnable_sink)
 
 
 def flash_attn_with_kvcache(
@@ -393,7 +475,8 @@ def flash_attn_with_kvcache(
         return_softmax_lse, softmax_lse fp32 (batch, nheads, seqlen_q).
     """
     opts = _options(q, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, False)
-    del opts["deterministic"]
+    for name in ("deterministic", "dropout_p", "rng_state", "learnable_sink"):
+        del opts[name]
     if isinstance(cache_seqlens, (int, torch.SymInt)):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
                                    device=q.device)
@@ -408,7 +491,7 @@ def flash_attn_with_kvcache(
 def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                 max_seqlen_k=None, *, direction="fwd", dropout_p=0.0, softmax_scale=None,
                 causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                deterministic=False):
+                deterministic=False, learnable_sink=None):
     """Which backend the forward (or, with direction="bwd", the backward) of a call with these
     arguments runs: "cpu", "sm80" (the portable CUDA kernels), "sm80-ptx" (the same, compiled
     by the driver from their PTX, on GPUs newer than the build's machine code), "sm80-decode"
@@ -424,11 +507,12 @@ def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
 
     Arguments: those of flash_attn_func (padded) or flash_attn_varlen_func (with cu_seqlens_q/k;
     max_seqlen_q/k default to the row counts). Raises RuntimeError saying why when no kernel of
-    this build can run the call.
+    this build can run the call, or when the call uses a feature the CUDA kernels do not have
+    yet (dropout_p > 0, learnable_sink: issue 15).
     """
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                    deterministic)
-    del opts["deterministic"]
+                    deterministic, learnable_sink, draw_rng=False)
+    del opts["deterministic"], opts["rng_state"]
     if cu_seqlens_q is not None:
         max_seqlen_q = q.shape[0] if max_seqlen_q is None else max_seqlen_q
         max_seqlen_k = k.shape[0] if max_seqlen_k is None else max_seqlen_k

@@ -12,6 +12,10 @@ __all__ = []
 _ops = torch.ops.flashattn
 
 
+def _arg_names(op):
+    return tuple(a.name for a in op._schema.arguments)
+
+
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: shapes, dtypes and (contiguous) strides of what the real kernels return.
 # ---------------------------------------------------------------------------------------------
@@ -39,13 +43,36 @@ def _varlen_fwd_fake(q, k, v, *options, **kw_options):
 torch.library.register_fake("flashattn::fwd_kvcache", _fwd_fake)
 
 
-def _grads_fake(dout, q, k, v, *options, **kw_options):
-    # dq/dk/dv: fresh contiguous tensors with the shapes of q/k/v, in q's dtype.
-    return tuple(x.new_empty(x.shape, dtype=q.dtype) for x in (q, k, v))
+def _bound(op, args, kwargs):
+    """The arguments of a call of `op` by schema name, defaults filled in."""
+    named = {a.name: a.default_value for a in op._schema.arguments if a.has_default_value()}
+    named.update(zip(_arg_names(op), args))
+    named.update(kwargs)
+    return named
 
 
-torch.library.register_fake("flashattn::bwd", _grads_fake)
-torch.library.register_fake("flashattn::varlen_bwd", _grads_fake)
+def _make_grads_fake(op):
+    def grads_fake(dout, q, k, v, *options, **kw_options):
+        # dq/dk/dv: fresh contiguous tensors with the shapes of q/k/v, in q's dtype; dsink fp32
+        # (nheads,), or (0,) without a sink.
+        sink = _bound(op, (dout, q, k, v, *options), kw_options)["learnable_sink"]
+        dsink = q.new_empty((0,) if sink is None else sink.shape, dtype=torch.float32)
+        return (*(x.new_empty(x.shape, dtype=q.dtype) for x in (q, k, v)), dsink)
+
+    return grads_fake
+
+
+@torch.library.register_fake("flashattn::attn_probs")
+def _attn_probs_fake(q, k, v, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                     max_seqlen_k, *options, **kw_options):
+    # S (B, H, round128(Sq), round128(Sk)) in q's dtype; varlen: the max_seqlen hints clamped
+    # to the row counts, as the op does.
+    if cu_seqlens_q is None:
+        batch, sq, nheads, sk = q.shape[0], q.shape[1], q.shape[2], k.shape[1]
+    else:
+        batch, nheads = cu_seqlens_q.shape[0] - 1, q.shape[1]
+        sq, sk = torch.sym_min(max_seqlen_q, q.shape[0]), torch.sym_min(max_seqlen_k, k.shape[0])
+    return q.new_empty((batch, nheads, (sq + 127) // 128 * 128, (sk + 127) // 128 * 128))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -55,11 +82,8 @@ torch.library.register_fake("flashattn::varlen_bwd", _grads_fake)
 # forward argument unused by the forward kernels, reaches the backward inside the op graph.
 # ---------------------------------------------------------------------------------------------
 
-_DIFFERENTIABLE = ("q", "k", "v")
-
-
-def _arg_names(op):
-    return tuple(a.name for a in op._schema.arguments)
+# The backward's outputs, in order: the gradients of these forward inputs.
+_DIFFERENTIABLE = ("q", "k", "v", "learnable_sink")
 
 
 def _make_setup_context(fwd_op):
@@ -93,6 +117,8 @@ def _make_backward(fwd_op, bwd_op):
                 "supported yet")
         named["dout"] = dout  # any strides: the op makes an expanded gradient contiguous
         grads = dict(zip(_DIFFERENTIABLE, bwd_op(**{n: named[n] for n in bwd_names})))
+        if named.get("learnable_sink") is None:
+            grads["learnable_sink"] = None  # the op's empty (0,) placeholder
         return tuple(grads.get(n) for n in fwd_names)
 
     return backward
@@ -116,10 +142,14 @@ def _register_no_double_backward(bwd_op):
     torch.library.register_autograd(bwd_op, backward)
 
 
-# fwd_kvcache has no backward (as in flash-attn): its outputs do not require grad. A mutating
+# attn_probs (return_attn_probs' S) and fwd_kvcache have no backward (as in flash-attn): the
+# former is called on detached inputs, the latter's outputs do not require grad. A mutating
 # op cannot take register_autograd; a fallthrough at the Autograd key skips autograd.
 _lib = torch.library.Library("flashattn", "IMPL")
 _lib.impl("fwd_kvcache", torch.library.fallthrough_kernel, "Autograd")
+
+torch.library.register_fake("flashattn::bwd", _make_grads_fake(_ops.bwd.default))
+torch.library.register_fake("flashattn::varlen_bwd", _make_grads_fake(_ops.varlen_bwd.default))
 
 _register_autograd(_ops.fwd.default, _ops.bwd.default)
 _register_autograd(_ops.varlen_fwd.default, _ops.varlen_bwd.default)

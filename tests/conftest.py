@@ -27,8 +27,9 @@ set + hard corners), test_varlen, test_api (packed APIs, return_attn_probs, dete
 non-contiguous), test_opcheck, test_compile, test_bad_input, test_bad_metadata,
 test_stable_abi, test_torch_version (the import-time check of torch against the build),
 test_kvcache (flash_attn_with_kvcache and paged KV against the reference), test_kvcache_edges
-(its wrong metadata, argument errors, compile, opcheck), test_cuda (CUDA-only extras), test_backend (the backend choice, the sm90 forward, these rules),
-test_build_archs (setup's arch-list rules), test_bench_* (the benchmark).
+(its wrong metadata, argument errors, compile, opcheck), test_cuda (CUDA-only extras),
+test_dropout and test_sinks (issue 15: dropout, attention sinks), test_backend (the backend
+choice, the sm90 forward, these rules), test_build_archs (setup's arch-list rules), test_bench_* (the benchmark).
 """
 import logging
 import os
@@ -68,9 +69,15 @@ def seed(request):
 
 # The message of the error raised under FLASHATTN_FORCE_BACKEND=sm90 (csrc/api/backend_choice.h).
 FORCED_SM90_MARK = "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call"
+# The error of a CUDA call with a feature whose CUDA kernels are not written yet (issue 15:
+# dropout, sinks, return_attn_probs' S; csrc/api/backend_choice.h). Such a case runs and
+# becomes a skip giving the error, a failure under FLASHATTN_REQUIRE_CUDA=1.
+NOT_BUILT_MARK = "is not built yet (issue 15)"
+NOT_BUILT_MARKS = (NOT_BUILT_MARK, "are not built yet (issue 15)")
 # Skip reasons that mean "this build or machine has no kernel for it" (flashattn's errors).
 MISSING_KERNEL_MARKS = ("this build has no", "left out of this build", "TORCH_CUDA_ARCH_LIST",
-                        "needs a CUDA device", "do not run on compute capability")
+                        "needs a CUDA device", "do not run on compute capability",
+                        *NOT_BUILT_MARKS)
 
 
 def _is_cuda_case(item):
@@ -91,6 +98,12 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
         return
+    if (report.failed and call.excinfo is not None and call.excinfo.type is RuntimeError
+            and _is_cuda_case(item)
+            and any(m in str(call.excinfo.value) for m in NOT_BUILT_MARKS)):
+        reason = str(call.excinfo.value).strip().splitlines()[0]
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
     if (report.skipped and os.environ.get("FLASHATTN_REQUIRE_CUDA") == "1"
             and _is_cuda_case(item)):
         reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)

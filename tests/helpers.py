@@ -12,6 +12,8 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Head-dim pairs (d_qk, d_v) of the issue; the last one has d_v != d_qk.
 HDIMS = [(d, d) for d in (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)] + [(192, 128)]
+# Head dims of the sink covering set (test_sinks.py).
+HD_SINK = [(32, 32), (40, 40), (64, 64), (96, 96), (160, 160), (256, 256)]
 SEQLENS = [(1, 1), (113, 203), (239, 1), (1, 239), (799, 3), (128, 128)]
 # (nheads, nheads_k): GQA groups of 3, 2 and 4 over two KV heads (a wrong query-head ->
 # KV-head map shows); the group of 8 over one KV head, to keep the covering sets' run time

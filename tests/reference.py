@@ -8,6 +8,11 @@ semantics of csrc/common/params.h:
                       (window_right < 0 or j <= i + sk - sq + window_right)
     causal == window_right = 0 (bottom-right aligned)
     a row with no visible key: out = 0, lse = -inf
+    learnable_sink: an extra key column of score sink_h (never masked) and value 0, so
+        lse includes it and an empty row has out = 0, lse = sink_h
+    dropout: out = (P * keep * dropout_scale) @ v, P and lse undropped; keep from
+        dropout_keep_ref, a Philox4x32-10 written here from the paper (numpy), checked
+        against Random123's known-answer vectors (tests/test_dropout.py)
 
 `attention_ref` computes in `compute_dtype`: float64 for the reference, the inputs' own
 dtype for "PyTorch's low-precision computation of the same thing" (the tolerance baseline).
@@ -15,6 +20,7 @@ Gradients come from autograd through this function.
 """
 import math
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -28,6 +34,10 @@ __all__ = [
     "kvcache_ref",
     "ref_and_lowp_kvcache",
     "paged_varlen_ref",
+    "philox4x32_10_ref",
+    "dropout_threshold_ref",
+    "dropout_keep_ref",
+    "ref_and_lowp_ext",
 ]
 
 
@@ -73,8 +83,12 @@ def attention_ref(
     softcap=0.0,
     alibi_slopes=None,
     compute_dtype=torch.float64,
+    learnable_sink=None,
+    dropout_keep=None,
+    dropout_scale=1.0,
 ):
-    """Padded layout. q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv).
+    """Padded layout. q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv); learnable_sink
+    (H,); dropout_keep bool (B, H, >= Sq, >= Sk) (the top-left block is used).
 
     Returns out (B, Sq, H, dv) in compute_dtype and lse (B, H, Sq) in compute_dtype.
     Differentiable (autograd) in q, k, v.
@@ -97,14 +111,20 @@ def attention_ref(
         s = s + alibi_bias(alibi_slopes, B, H, sq, sk, s.device, compute_dtype)
     vis = visible_mask(sq, sk, wl, wr, device=s.device)
     s = s.masked_fill(~vis, float("-inf"))
+    if learnable_sink is not None:  # the sink column, last
+        sink = learnable_sink.to(compute_dtype).view(1, H, 1, 1).expand(B, H, sq, 1)
+        s = torch.cat([s, sink], dim=-1)
     # Max subtraction only for range; detached (the result does not depend on it).
-    m = s.detach().amax(dim=-1, keepdim=True) if sk > 0 else None
+    m = s.detach().amax(dim=-1, keepdim=True) if s.shape[-1] > 0 else None
     if m is None:
         m = torch.zeros(B, H, sq, 1, dtype=compute_dtype, device=s.device)
     m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     p = torch.exp(s - m)  # masked -> exp(-inf) = 0
     l = p.sum(dim=-1, keepdim=True)
     p = p / torch.where(l == 0, torch.ones_like(l), l)
+    p = p[..., :sk]
+    if dropout_keep is not None:
+        p = p * dropout_keep[:, :, :sq, :sk].to(p.device, compute_dtype) * dropout_scale
     out = torch.einsum("bhij,bjhd->bihd", p, vc)
     lse = (m + torch.log(l)).squeeze(-1)  # log(0) = -inf for empty rows
     return out, lse
@@ -122,6 +142,9 @@ def attention_varlen_ref(
     softcap=0.0,
     alibi_slopes=None,
     compute_dtype=torch.float64,
+    learnable_sink=None,
+    dropout_keep=None,
+    dropout_scale=1.0,
 ):
     """Varlen layout. q (total_q, H, d), k (total_k, Hk, d), v (total_k, Hk, dv).
 
@@ -142,7 +165,8 @@ def attention_varlen_ref(
             slopes = alibi_slopes[b] if alibi_slopes.dim() == 2 else alibi_slopes
         o, lse = attention_ref(
             q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], softmax_scale, causal,
-            window_size, softcap, slopes, compute_dtype,
+            window_size, softcap, slopes, compute_dtype, learnable_sink,
+            None if dropout_keep is None else dropout_keep[b:b + 1], dropout_scale,
         )
         outs.append(o[0])
         lses.append(lse[0])
@@ -288,3 +312,83 @@ def paged_varlen_ref(q, k_pages, v_pages, cu_seqlens_q, cu_seqlens_k, block_tabl
     return attention_varlen_ref(q, torch.cat(ks), torch.cat(vs), cu_seqlens_q,
                                 torch.tensor(cu, dtype=torch.int32), compute_dtype=compute_dtype,
                                 **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout (params.h, csrc/common/philox.h) and sinks: an independent Philox and the reference
+# with both, gradients of q, k, v and the sink through autograd.
+# ---------------------------------------------------------------------------------------------
+
+_M32 = 0xFFFFFFFF
+
+
+def philox4x32_10_ref(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 on numpy uint64 arrays holding 32-bit values (products fit in 64 bits)."""
+    c = [np.asarray(x, dtype=np.uint64) for x in (c0, c1, c2, c3)]
+    k0, k1 = np.uint64(k0), np.uint64(k1)
+    m0, m1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+    w0, w1, mask, sh = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85), np.uint64(_M32), np.uint64(32)
+    for _ in range(10):
+        p0, p1 = m0 * c[0], m1 * c[2]
+        c = [(p1 >> sh) ^ c[1] ^ k0, p1 & mask, (p0 >> sh) ^ c[3] ^ k1, p0 & mask]
+        k0, k1 = (k0 + w0) & mask, (k1 + w1) & mask
+    return c
+
+
+def dropout_threshold_ref(p):
+    """params.h's rule: threshold = max(1, round(p * 256)), at most 255; 0 without dropout.
+    The effective dropout probability is threshold / 256."""
+    if p <= 0:
+        return 0
+    return min(255, max(1, int(np.float32(p) * np.float32(256) + np.float32(0.5))))
+
+
+def dropout_keep_ref(rng_state, batch, nheads, sq, sk, dropout_p):
+    """Bool (batch, nheads, sq, sk): Z of params.h for the int64 (seed, offset) rng_state."""
+    seed, offset = (int(x) & ((1 << 64) - 1) for x in rng_state.tolist())
+    b, h, i, j = np.meshgrid(np.arange(batch), np.arange(nheads), np.arange(sq), np.arange(sk),
+                             indexing="ij")
+    words = philox4x32_10_ref(j >> 4, i, ((offset & _M32) + h) & _M32,
+                              ((offset >> 32) + b) & _M32, seed & _M32, seed >> 32)
+    col = (j & 15).astype(np.uint64)
+    word_idx = ((j & 7) >> 1).astype(np.int64)
+    word = np.choose(word_idx, words)
+    shift = np.uint64(8) * (np.uint64(2) * (col >> np.uint64(3)) + (col & np.uint64(1)))
+    byte = (word >> shift) & np.uint64(0xFF)
+    return torch.from_numpy(byte >= dropout_threshold_ref(dropout_p))
+
+
+def _ext_with_grads(fn, q, k, v, dout, sink, compute_dtype, out_used=None, **kw):
+    qc, kc, vc = (t.detach().to(compute_dtype).requires_grad_() for t in (q, k, v))
+    sc = None if sink is None else sink.detach().to(compute_dtype).requires_grad_()
+    out, lse = fn(qc, kc, vc, compute_dtype=compute_dtype, learnable_sink=sc, **kw)
+    res = {"out": out.detach(), "lse": lse.detach()}
+    if dout is not None:
+        leaves = (qc, kc, vc) + ((sc,) if sc is not None else ())
+        loss = (out * dout.to(compute_dtype)).sum()
+        if out_used is not None:
+            # The backward's D = rowsum(dO * out) uses the stored out (q's dtype), as in
+            # flash-attn: dS = P (dP - D) then carries -P dD, dD = dO . (out_used - out),
+            # which is the gradient of -dD . lse (d lse_i / d s_ij = P_ij, also for the sink).
+            # With dropout this no longer cancels where a row sees one key (out != v).
+            d_d = ((out_used.to(compute_dtype) - out.detach()) * dout.to(compute_dtype)).sum(-1)
+            d_d = d_d.transpose(0, 1) if d_d.dim() == 2 else d_d.transpose(1, 2)
+            loss = loss - (d_d * torch.where(torch.isinf(lse), 0.0, lse)).sum()
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+        res.update(zip(("dq", "dk", "dv", "dsink"), grads))
+    return res
+
+
+def ref_and_lowp_ext(q, k, v, dout=None, sink=None, cu_seqlens=None, out_used=None, **kw):
+    """ref_and_lowp / ref_and_lowp_varlen (cu_seqlens = (cu_q, cu_k)) with learnable_sink and
+    the dropout keywords of attention_ref; dicts also hold dsink with a sink. out_used: the
+    forward output the backward under test was given (its D; see _ext_with_grads): the
+    float64 gradients are then those exact at that D."""
+    if cu_seqlens is None:
+        fn = attention_ref
+    else:
+        def fn(q, k, v, **kw2):
+            return attention_varlen_ref(q, k, v, *cu_seqlens, **kw2)
+    ref = _ext_with_grads(fn, q, k, v, dout, sink, torch.float64, out_used, **kw)
+    low = _ext_with_grads(fn, q, k, v, dout, sink, _lowp_dtype(q.dtype), **kw)
+    return ref, low

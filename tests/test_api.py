@@ -25,13 +25,15 @@ SIGNATURES = {
 }
 DEFAULTS = dict(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                 softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                block_table=None)
+                block_table=None, learnable_sink=None)
 
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_signature(name):
+    """flash-attn 2.8's positional surface, then FA4's learnable_sink, keyword-only (ours)."""
     sig = inspect.signature(getattr(flashattn, name))
-    assert list(sig.parameters) == SIGNATURES[name]
+    assert list(sig.parameters) == SIGNATURES[name] + ["learnable_sink"]
+    assert sig.parameters["learnable_sink"].kind is inspect.Parameter.KEYWORD_ONLY
     for p in sig.parameters.values():
         if p.name in DEFAULTS:
             assert p.default == DEFAULTS[p.name], p.name

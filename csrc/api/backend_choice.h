@@ -74,6 +74,17 @@ inline Backend sm80_or_fail(const char* what) {
 #endif
 }
 
+// Issue 15's features have a CPU backend and a contract (params.h) but no CUDA kernels yet:
+// a CUDA call with them raises, named, rather than run without them.
+inline void check_cuda_has_features(const FwdParams& p) {
+  if (p.dropout_threshold > 0)
+    fail("dropout on CUDA is not built yet (issue 15): the CUDA kernels take dropout_p = 0 "
+         "only (got ", p.dropout_p, "); dropout runs on CPU tensors");
+  if (p.sink_ptr != nullptr)
+    fail("attention sinks (learnable_sink) on CUDA are not built yet (issue 15); they run on "
+         "CPU tensors");
+}
+
 // The forward's backend for a CUDA call whose params are filled (output pointers may be null
 // when only asking); the caller holds a device guard for q's device. CPU calls run kCpu.
 // Decoding-shaped: at most 64 query rows per KV head (tokens x the heads of a KV group) over
@@ -87,6 +98,7 @@ inline bool decode_shaped(const FwdParams& p) {
 
 inline Backend choose_fwd(const FwdParams& p) {
   const Force force = forced_backend();
+  check_cuda_has_features(p);
   if (force == Force::kSm80) return sm80_or_fail("the forward");
 #ifndef FLASHATTN_DISABLE_SM80
   if (force == Force::kAuto && decode_shaped(p)) {
@@ -109,7 +121,8 @@ inline Backend choose_fwd(const FwdParams& p) {
 
 // A CUDA call with a KV cache or paged keys (flash_attn_with_kvcache, block_table): the sm80
 // append and split-KV kernels; sm90 has none yet.
-inline Backend choose_fwd_kvcache() {
+inline Backend choose_fwd_kvcache(const FwdParams& p) {
+  check_cuda_has_features(p);
   if (forced_backend() == Force::kSm90)
     fail("FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call: it has "
          "no KV-cache / paged-KV kernel yet");
@@ -123,6 +136,7 @@ inline Backend choose_fwd_kvcache() {
 // FLASHATTN_FORCE_BACKEND=sm80 forces both directions.
 inline Backend choose_bwd(const BwdParams& p) {
   const Force force = forced_backend();  // a bad value raises here too
+  check_cuda_has_features(p);
 #ifdef FLASHATTN_DISABLE_BACKWARD
   (void)p;
   (void)force;

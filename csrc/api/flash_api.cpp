@@ -1,5 +1,5 @@
-// The ops torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd,fwd_kvcache}: input checks, output
-// allocation through torch, params filling, dispatch to a backend. Stable ABI only.
+// The ops torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd,fwd_kvcache,attn_probs}: input checks,
+// output allocation through torch, params filling, dispatch to a backend. Stable ABI only.
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
@@ -31,6 +31,7 @@ namespace {
 using torch::stable::Tensor;
 using Tensors2 = std::tuple<Tensor, Tensor>;
 using Tensors3 = std::tuple<Tensor, Tensor, Tensor>;
+using Tensors4 = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 
 void check_options(const Options& opt, const Problem& pb, const Tensor& q) {
   FLASHATTN_CHECK(opt.window_left >= -1, "window_size[0] (window_left) must be >= -1, got ",
@@ -52,6 +53,34 @@ void check_options(const Options& opt, const Problem& pb, const Tensor& q) {
                     ",) or (batch, nheads) = (", pb.batch, ", ", pb.nheads, "), got ",
                     shape_str(a));
     check_last_contiguous(a, "alibi_slopes");
+  }
+}
+
+// Dropout and sinks (params.h). need_rng: a call that runs (kernel_path only asks, without
+// rng_state).
+void check_features(const Options& opt, const Problem& pb, const Tensor& q, bool need_rng) {
+  FLASHATTN_CHECK(opt.dropout_p >= 0.0 && opt.dropout_p < 1.0,
+                  "dropout_p must be in [0, 1) (0 disables it), got ", opt.dropout_p);
+  FLASHATTN_CHECK(!need_rng || opt.dropout_p == 0.0 || opt.rng_state.has_value(),
+                  "dropout_p > 0 needs rng_state: int64 (2,) = (seed, offset) on q's device "
+                  "(flashattn's functions draw it with torch.randint)");
+  if (opt.rng_state.has_value()) {
+    const Tensor& r = *opt.rng_state;
+    FLASHATTN_CHECK(r.scalar_type() == ScalarType::Long, "rng_state must have dtype int64, got ",
+                    dtype_name(r.scalar_type()));
+    FLASHATTN_CHECK(r.dim() == 1 && r.size(0) == 2, "rng_state must have shape (2,) (seed, "
+                    "offset), got ", shape_str(r));
+    check_same_device(r, "rng_state", q);
+    FLASHATTN_CHECK(r.is_contiguous(), "rng_state must be contiguous");
+  }
+  if (opt.learnable_sink.has_value()) {
+    const Tensor& a = *opt.learnable_sink;
+    FLASHATTN_CHECK(a.scalar_type() == ScalarType::Float,
+                    "learnable_sink must have dtype float32, got ", dtype_name(a.scalar_type()));
+    FLASHATTN_CHECK(a.dim() == 1 && a.size(0) == pb.nheads, "learnable_sink must have shape "
+                    "(nheads,) = (", pb.nheads, ",), got ", shape_str(a));
+    check_same_device(a, "learnable_sink", q);
+    check_last_contiguous(a, "learnable_sink");
   }
 }
 
@@ -204,7 +233,7 @@ bool has_kvcache_fields(const FwdParams& p) {
 
 // The caller holds a device guard for q's device.
 void dispatch_fwd_cuda_kvcache(FwdParams& p, const Tensor& q) {
-  choose_fwd_kvcache();
+  choose_fwd_kvcache(p);
 #ifndef FLASHATTN_DISABLE_SM80
   // Padded: the split kernels write every partial row the combine reads (no memset); varlen:
   // rows of no sequence read zeros.
@@ -236,7 +265,7 @@ void dispatch_fwd(FwdParams& p, const Tensor& q, bool kvcache = false) {
 void dispatch_kvcache_append(const FwdParams& p, const KvAppendParams& a, const Tensor& q) {
   if (q.is_cpu()) return cpu::run_kvcache_append(p, a, cpu_parallel_for());
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
-  choose_fwd_kvcache();
+  choose_fwd_kvcache(p);
 #ifndef FLASHATTN_DISABLE_SM80
   sm80::run_kvcache_append(p, a, current_stream(q));
 #endif
@@ -269,6 +298,14 @@ Options make_options(double scale, bool causal, int64_t wl, int64_t wr, double s
   return Options{scale, causal, wl, wr, softcap, std::move(alibi), deterministic};
 }
 
+Options with_features(Options opt, double dropout_p, std::optional<Tensor> rng_state,
+                      std::optional<Tensor> learnable_sink) {
+  opt.dropout_p = dropout_p;
+  opt.rng_state = std::move(rng_state);
+  opt.learnable_sink = std::move(learnable_sink);
+  return opt;
+}
+
 // Fresh outputs: out (B, Sq, H, dv) / (total_q, H, dv) in q's dtype, lse (B, H, Sq) / (H, total_q).
 Tensors2 new_outputs(const Problem& pb, const Tensor& q) {
   Tensor out = pb.varlen ? new_empty({pb.total_q, pb.nheads, pb.headdim_v}, q.scalar_type(), q)
@@ -291,10 +328,13 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
                      const Options& opt, const Tensor* cu_q, const Tensor* cu_k,
                      const KvCache* kv = nullptr) {
   check_options(opt, pb, q);
+  check_features(opt, pb, q, /*need_rng=*/true);
   auto [out, lse] = new_outputs(pb, q);
   if (pb.total_q == 0) return {out, lse};
-  if ((!pb.varlen && pb.seqlen_k == 0) || (pb.varlen && pb.batch == 0) ||
-      (kv && pb.total_k == 0))  // no visible key (paged: no page)
+  // No visible key (paged: no page); with a sink the kernels write lse = sink.
+  if (!opt.learnable_sink &&
+      ((!pb.varlen && pb.seqlen_k == 0) || (pb.varlen && pb.batch == 0) ||
+       (kv && pb.total_k == 0)))
     return no_keys(out, lse);
   FwdParams p;
   fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
@@ -303,10 +343,11 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
   return {out, lse};
 }
 
-Tensors3 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tensor& v,
+Tensors4 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tensor& v,
                       const Tensor& out, Tensor lse, const Problem& pb, const Options& opt,
                       const Tensor* cu_q, const Tensor* cu_k) {
   check_options(opt, pb, q);
+  check_features(opt, pb, q, /*need_rng=*/true);
   const std::vector<int64_t> o_shape =
       pb.varlen ? std::vector<int64_t>{pb.total_q, pb.nheads, pb.headdim_v}
                 : std::vector<int64_t>{pb.batch, pb.seqlen_q, pb.nheads, pb.headdim_v};
@@ -332,37 +373,46 @@ Tensors3 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tenso
   Tensor dq = torch::stable::empty(q.sizes(), q.scalar_type(), std::nullopt, q.device());
   Tensor dk = torch::stable::empty(k.sizes(), q.scalar_type(), std::nullopt, q.device());
   Tensor dv = torch::stable::empty(v.sizes(), q.scalar_type(), std::nullopt, q.device());
+  // dsink: zeroed, the backend adds into it (params.h); (0,) without a sink.
+  Tensor dsink = new_empty({opt.learnable_sink ? pb.nheads : 0}, ScalarType::Float, q);
+  if (opt.learnable_sink) torch::stable::zero_(dsink);
   if (pb.total_q == 0 || pb.total_k == 0 || pb.batch == 0 ||
       (!pb.varlen && (pb.seqlen_q == 0 || pb.seqlen_k == 0))) {
     torch::stable::zero_(dq);
     torch::stable::zero_(dk);
     torch::stable::zero_(dv);
-    return {dq, dk, dv};
+    return {dq, dk, dv, dsink};  // no row sees a key: D = 0, so dsink = 0
   }
   Tensor dsum = new_empty(lse_shape, ScalarType::Float, q);
   BwdParams p;
-  fill_bwd_params(p, pb, dout, q, k, v, out, lse, dq, dk, dv, dsum, opt, cu_q, cu_k);
+  fill_bwd_params(p, pb, dout, q, k, v, out, lse, dq, dk, dv, dsum,
+                  opt.learnable_sink ? &dsink : nullptr, opt, cu_q, cu_k);
   dispatch_bwd(p, q);
-  return {dq, dk, dv};
+  return {dq, dk, dv, dsink};
 }
 
 // ---- the ops ----
 
 Tensors2 fwd(Tensor q, Tensor k, Tensor v, double softmax_scale, bool causal, int64_t window_left,
              int64_t window_right, double softcap, std::optional<Tensor> alibi_slopes,
-             bool deterministic) {
+             bool deterministic, double dropout_p, std::optional<Tensor> rng_state,
+             std::optional<Tensor> learnable_sink) {
   Problem pb = check_qkv(q, k, v, /*varlen=*/false);
-  Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
-                             std::move(alibi_slopes), deterministic);
+  Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
+                                           softcap, std::move(alibi_slopes), deterministic),
+                              dropout_p, std::move(rng_state), std::move(learnable_sink));
   return run_forward(q, k, v, pb, opt, nullptr, nullptr);
 }
 
-Tensors3 bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse,
+Tensors4 bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse,
              double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-             double softcap, std::optional<Tensor> alibi_slopes, bool deterministic) {
+             double softcap, std::optional<Tensor> alibi_slopes, bool deterministic,
+             double dropout_p, std::optional<Tensor> rng_state,
+             std::optional<Tensor> learnable_sink) {
   Problem pb = check_qkv(q, k, v, /*varlen=*/false);
-  Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
-                             std::move(alibi_slopes), deterministic);
+  Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
+                                           softcap, std::move(alibi_slopes), deterministic),
+                              dropout_p, std::move(rng_state), std::move(learnable_sink));
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, nullptr, nullptr);
 }
 
@@ -430,24 +480,28 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
                     int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
                     int64_t window_left, int64_t window_right, double softcap,
                     std::optional<Tensor> alibi_slopes, bool deterministic,
-                    std::optional<Tensor> block_table) {
+                    std::optional<Tensor> block_table, double dropout_p,
+                    std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink) {
   KvCache kv;
   const Tensor* bt = block_table ? &*block_table : nullptr;
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bt,
                             &kv);
-  Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
-                             std::move(alibi_slopes), deterministic);
+  Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
+                                           softcap, std::move(alibi_slopes), deterministic),
+                              dropout_p, std::move(rng_state), std::move(learnable_sink));
   return run_forward(q, k, v, pb, opt, &cu_seqlens_q, &cu_seqlens_k, bt ? &kv : nullptr);
 }
 
-Tensors3 varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse,
+Tensors4 varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse,
                     Tensor cu_seqlens_q, Tensor cu_seqlens_k, int64_t max_seqlen_q,
                     int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                     int64_t window_right, double softcap, std::optional<Tensor> alibi_slopes,
-                    bool deterministic) {
+                    bool deterministic, double dropout_p, std::optional<Tensor> rng_state,
+                    std::optional<Tensor> learnable_sink) {
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
-                             std::move(alibi_slopes), deterministic);
+  Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
+                                           softcap, std::move(alibi_slopes), deterministic),
+                              dropout_p, std::move(rng_state), std::move(learnable_sink));
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, &cu_seqlens_q, &cu_seqlens_k);
 }
 
@@ -599,24 +653,34 @@ Tensors2 fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, std::optional<Ten
   return {out, lse};
 }
 
+// The checks of a padded call, or of a varlen one when cu_seqlens_q / cu_seqlens_k are given.
+Problem check_either(const Tensor& q, const Tensor& k, const Tensor& v,
+                     const std::optional<Tensor>& cu_seqlens_q,
+                     const std::optional<Tensor>& cu_seqlens_k, int64_t max_seqlen_q,
+                     int64_t max_seqlen_k) {
+  FLASHATTN_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
+                  "cu_seqlens_q and cu_seqlens_k must be given together (varlen) or not at all");
+  if (!cu_seqlens_q) return check_qkv(q, k, v, /*varlen=*/false);
+  return check_varlen(q, k, v, *cu_seqlens_q, *cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+}
+
 // The backend a call would run (the ops' own choice, with the same input checks), as
 // flashattn.kernel_path reports it. Runs no kernel and allocates nothing.
 std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
                         std::optional<Tensor> cu_seqlens_q, std::optional<Tensor> cu_seqlens_k,
                         int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
                         bool causal, int64_t window_left, int64_t window_right, double softcap,
-                        std::optional<Tensor> alibi_slopes) {
+                        std::optional<Tensor> alibi_slopes, double dropout_p,
+                        std::optional<Tensor> learnable_sink) {
   FLASHATTN_CHECK(direction == "fwd" || direction == "bwd",
                   "direction must be 'fwd' or 'bwd', got '", direction, "'");
-  FLASHATTN_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
-                  "cu_seqlens_q and cu_seqlens_k must be given together (varlen) or not at all");
   const bool varlen = cu_seqlens_q.has_value();
-  Problem pb = varlen ? check_varlen(q, k, v, *cu_seqlens_q, *cu_seqlens_k, max_seqlen_q,
-                                     max_seqlen_k)
-                      : check_qkv(q, k, v, /*varlen=*/false);
-  Options opt = make_options(softmax_scale, causal, window_left, window_right, softcap,
-                             std::move(alibi_slopes), false);
+  Problem pb = check_either(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
+                                           softcap, std::move(alibi_slopes), false),
+                              dropout_p, std::nullopt, std::move(learnable_sink));
   check_options(opt, pb, q);
+  check_features(opt, pb, q, /*need_rng=*/false);
   if (q.is_cpu()) return backend_name(Backend::kCpu);
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
   BwdParams p;  // the forward's part filled; as a backward: dout laid out like out, no
@@ -629,6 +693,47 @@ std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
   return backend_name(choose_bwd(p));
 }
 
+// S of params.h for return_attn_probs, from the inputs and softmax_lse of a forward.
+Tensor attn_probs(Tensor q, Tensor k, Tensor v, Tensor softmax_lse,
+                  std::optional<Tensor> cu_seqlens_q, std::optional<Tensor> cu_seqlens_k,
+                  int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+                  int64_t window_left, int64_t window_right, double softcap,
+                  std::optional<Tensor> alibi_slopes, double dropout_p,
+                  std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink) {
+  const bool varlen = cu_seqlens_q.has_value();
+  Problem pb = check_either(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
+                                           softcap, std::move(alibi_slopes), false),
+                              dropout_p, std::move(rng_state), std::move(learnable_sink));
+  check_options(opt, pb, q);
+  check_features(opt, pb, q, /*need_rng=*/true);
+  check_shape_like(softmax_lse, "softmax_lse",
+                   varlen ? std::vector<int64_t>{pb.nheads, pb.total_q}
+                          : std::vector<int64_t>{pb.batch, pb.nheads, pb.seqlen_q});
+  FLASHATTN_CHECK(softmax_lse.scalar_type() == ScalarType::Float,
+                  "softmax_lse must be float32, got ", dtype_name(softmax_lse.scalar_type()));
+  check_same_device(softmax_lse, "softmax_lse", q);
+  if (!softmax_lse.is_contiguous()) softmax_lse = torch::stable::contiguous(softmax_lse);
+  const auto round128 = [](int64_t x) { return (x + 127) / 128 * 128; };
+  const int64_t rows = round128(pb.seqlen_q), cols = round128(pb.seqlen_k);
+  Tensor s = new_empty({pb.batch, pb.nheads, rows, cols}, q.scalar_type(), q);
+  torch::stable::zero_(s);
+  if (pb.batch == 0 || pb.total_q == 0 || pb.total_k == 0) return s;
+  FwdParams p;
+  fill_fwd_params(p, pb, q, k, v, nullptr, &softmax_lse, opt,
+                  varlen ? &*cu_seqlens_q : nullptr, varlen ? &*cu_seqlens_k : nullptr);
+  p.s_ptr = s.data_ptr();
+  p.s_batch_stride = s.stride(0), p.s_head_stride = s.stride(1), p.s_row_stride = s.stride(2);
+  p.s_rows = static_cast<int32_t>(rows), p.s_cols = static_cast<int32_t>(cols);
+  if (q.is_cpu()) {
+    cpu::run_probs(p, cpu_parallel_for());
+    return s;
+  }
+  check_cuda_has_features(p);
+  fail("return_attn_probs=True on CUDA is not built yet (issue 15): the attention "
+       "probabilities come from the CPU backend only");
+}
+
 }  // namespace
 }  // namespace flashattn::api
 
@@ -639,6 +744,7 @@ STABLE_TORCH_LIBRARY(flashattn, m) {
   m.def(flashattn::api::kVarlenFwdSchema);
   m.def(flashattn::api::kVarlenBwdSchema);
   m.def(flashattn::api::kFwdKvcacheSchema);
+  m.def(flashattn::api::kAttnProbsSchema);
 }
 
 STABLE_TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
@@ -648,6 +754,7 @@ STABLE_TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
   m.impl("varlen_fwd", TORCH_BOX(&flashattn::api::varlen_fwd));
   m.impl("varlen_bwd", TORCH_BOX(&flashattn::api::varlen_bwd));
   m.impl("fwd_kvcache", TORCH_BOX(&flashattn::api::fwd_kvcache));
+  m.impl("attn_probs", TORCH_BOX(&flashattn::api::attn_probs));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
@@ -657,4 +764,5 @@ STABLE_TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
   m.impl("varlen_fwd", TORCH_BOX(&flashattn::api::varlen_fwd));
   m.impl("varlen_bwd", TORCH_BOX(&flashattn::api::varlen_bwd));
   m.impl("fwd_kvcache", TORCH_BOX(&flashattn::api::fwd_kvcache));
+  m.impl("attn_probs", TORCH_BOX(&flashattn::api::attn_probs));
 }

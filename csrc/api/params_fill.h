@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "../common/params.h"
+#include "../common/philox.h"
 #include "checks.h"
 
 namespace flashattn::api {
@@ -16,6 +17,10 @@ struct Options {
   double softcap;
   std::optional<Tensor> alibi_slopes;
   bool deterministic;
+  // Dropout and sinks (params.h); set by with_features (flash_api.cpp).
+  double dropout_p = 0.0;
+  std::optional<Tensor> rng_state;
+  std::optional<Tensor> learnable_sink;
 };
 
 // Sizes read from validated inputs. Padded: q (B, Sq, H, d). Varlen: q (total_q, H, d).
@@ -100,13 +105,20 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
     p.alibi_slopes = static_cast<const float*>(a.data_ptr());
     p.alibi_batch_stride = a.dim() == 2 ? a.stride(0) : 0;
   }
+  if (opt.learnable_sink.has_value())
+    p.sink_ptr = static_cast<const float*>(opt.learnable_sink->data_ptr());
+  p.dropout_p = static_cast<float>(opt.dropout_p);
+  p.dropout_threshold = dropout_threshold_u8(p.dropout_p);
+  p.dropout_scale = 256.f / static_cast<float>(256 - p.dropout_threshold);
+  if (opt.rng_state.has_value())
+    p.rng_state = static_cast<const int64_t*>(opt.rng_state->data_ptr());
 }
 
 inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout, const Tensor& q,
                             const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                            const Tensor& dv, const Tensor& dsoftmax_sum, const Options& opt,
-                            const Tensor* cu_q, const Tensor* cu_k) {
+                            const Tensor& dv, const Tensor& dsoftmax_sum, const Tensor* dsink,
+                            const Options& opt, const Tensor* cu_q, const Tensor* cu_k) {
   fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
   p.do_ptr = dout.data_ptr();
   auto sdo = strides_of(dout), sdq = strides_of(dq), sdk = strides_of(dk),
@@ -119,6 +131,7 @@ inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout,
   p.dv_ptr = dv.data_ptr();
   p.dv_batch_stride = sdv.batch, p.dv_row_stride = sdv.row, p.dv_head_stride = sdv.head;
   p.dsoftmax_sum = static_cast<float*>(dsoftmax_sum.data_ptr());
+  if (dsink) p.dsink_ptr = static_cast<float*>(dsink->data_ptr());
   p.deterministic = opt.deterministic;
 }
 

@@ -6,18 +6,26 @@ namespace flashattn::api {
 
 // `deterministic` in the forwards is unused by the kernels: autograd saves it for the
 // backward, so it travels inside the op graph (torch.compile-safe).
+// Dropout and sinks (params.h, issue 15), the same three arguments in the four attention ops:
+// dropout_p in [0, 1) (0 = off); rng_state int64 (2,) = {seed, offset} on q's device, needed
+// when dropout_p > 0 (flashattn's functions draw it with torch.randint; autograd saves it, so
+// the backward regenerates the forward's mask); learnable_sink fp32 (nheads,) or None. The
+// backwards return dsink fp32 (nheads,) as a fourth output (an empty (0,) tensor without a
+// sink).
 // Padded layout: q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv).
 // Returns out (B, Sq, H, dv) in q's dtype and softmax_lse (B, H, Sq) fp32.
 inline constexpr const char* kFwdSchema =
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
-    "int window_right, float softcap, Tensor? alibi_slopes, bool deterministic=False) "
+    "int window_right, float softcap, Tensor? alibi_slopes, bool deterministic=False, "
+    "float dropout_p=0.0, Tensor? rng_state=None, Tensor? learnable_sink=None) "
     "-> (Tensor out, Tensor softmax_lse)";
 
-// Returns dq, dk, dv with the shapes and dtype of q, k, v (fresh contiguous tensors).
+// Returns dq, dk, dv with the shapes and dtype of q, k, v (fresh contiguous tensors), dsink.
 inline constexpr const char* kBwdSchema =
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
     "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-    "Tensor? alibi_slopes, bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)";
+    "Tensor? alibi_slopes, bool deterministic, float dropout_p=0.0, Tensor? rng_state=None, "
+    "Tensor? learnable_sink=None) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
 
 // Varlen layout: q (total_q, H, d), k (total_k, Hk, d), v (total_k, Hk, dv),
 // cu_seqlens_q/k int32 (B + 1). Returns out (total_q, H, dv), softmax_lse (H, total_q) fp32.
@@ -28,13 +36,25 @@ inline constexpr const char* kVarlenFwdSchema =
     "varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
     "int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
-    "bool deterministic=False, Tensor? block_table=None) -> (Tensor out, Tensor softmax_lse)";
+    "bool deterministic=False, Tensor? block_table=None, float dropout_p=0.0, "
+    "Tensor? rng_state=None, Tensor? learnable_sink=None) -> (Tensor out, Tensor softmax_lse)";
 
 inline constexpr const char* kVarlenBwdSchema =
     "varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
     "Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, "
     "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-    "Tensor? alibi_slopes, bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)";
+    "Tensor? alibi_slopes, bool deterministic, float dropout_p=0.0, Tensor? rng_state=None, "
+    "Tensor? learnable_sink=None) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
+
+// return_attn_probs: S (params.h) of a forward that returned softmax_lse, from the same inputs:
+// (B, H, round128(Sq), round128(Sk)) in q's dtype, varlen (B, H, round128(max_seqlen_q),
+// round128(max_seqlen_k)); the probabilities P, negated where dropout drops them, 0 elsewhere.
+// A debugging output (O(seqlen^2)), no autograd; CPU only for now.
+inline constexpr const char* kAttnProbsSchema =
+    "attn_probs(Tensor q, Tensor k, Tensor v, Tensor softmax_lse, Tensor? cu_seqlens_q, "
+    "Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, "
+    "bool causal, int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
+    "float dropout_p=0.0, Tensor? rng_state=None, Tensor? learnable_sink=None) -> Tensor";
 
 // flash_attn_with_kvcache: appends k / v (B, Sk_new, Hk, d / dv) into the caches in place at
 // rows cache_seqlens[b] + i (rotated by rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2),
@@ -55,7 +75,7 @@ inline constexpr const char* kFwdKvcacheSchema =
 inline constexpr const char* kKernelPathSchema =
     "kernel_path(str direction, Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, "
     "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
-    "bool causal, int window_left, int window_right, float softcap, Tensor? alibi_slopes) "
-    "-> str";
+    "bool causal, int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
+    "float dropout_p=0.0, Tensor? learnable_sink=None) -> str";
 
 }  // namespace flashattn::api

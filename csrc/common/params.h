@@ -23,6 +23,21 @@ enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
 //   causal is passed as window_right = 0 (bottom-right aligned, flash-attn >= 2.1); the API
 //   passes a window side >= seqlen_k (max_seqlen_k for varlen) as -1, as flash-attn does.
 // A row with no visible key gives out = 0 and lse = -inf.
+//
+// Attention sink (sink_ptr != nullptr, issue 15; FA4's learnable_sink): sink_h = sink_ptr[h] is
+// a logit in the units of the final scores s above (after softmax_scale, softcap and ALiBi;
+// natural log, not log2) of a key that every row of head h sees and whose value is 0:
+//   P_ij = exp(s_ij - lse_i),  lse_i = log(exp(sink_h) + sum_{visible j} exp(s_ij))
+// so the lse includes the sink, out_i = sum_j P_ij v_j has weight 1 - exp(sink_h - lse_i),
+// and a row with no visible key gives out = 0 and lse = sink_h (not -inf).
+// Dropout (dropout_threshold > 0): out_i = sum_j Z_ij P_ij v_j * dropout_scale, where Z_ij =
+// dropout_keep(rng seed, offset, b, h, i, j) (philox.h) is a function of (seed, offset, batch
+// b, query head h, row i, column j) only, i and j the row and key column within sequence b
+// (key 0 = the sequence's first key): independent of tiling, the same on every backend.
+// P (and the lse) are those of the undropped softmax, as in flash-attn; the sink is never
+// dropped. p is quantised to 8 bits: dropout_threshold = max(1, round(p * 256)) (at most
+// 255), a column is dropped iff its Philox byte < dropout_threshold, so the effective p is
+// p_q = threshold / 256 and dropout_scale = 1 / (1 - p_q) keeps E[out] exact.
 struct FwdParams {
   // Inputs. q/k have head dim `headdim`; v and out have head dim `headdim_v`.
   const void* q_ptr = nullptr;
@@ -60,6 +75,27 @@ struct FwdParams {
   int32_t window_left = -1, window_right = -1;  // -1 = unbounded
   const float* alibi_slopes = nullptr;  // fp32, slope of (b, h) at b * alibi_batch_stride + h
   int64_t alibi_batch_stride = 0;       // 0 when slopes are (nheads,)
+
+  // Attention sink (semantics above): fp32 (nheads,) on q's device, nullptr = off.
+  const float* sink_ptr = nullptr;
+
+  // Dropout (semantics above); dropout_threshold == 0 = off (then the rest is unused).
+  // rng_state: int64 (2,) = {seed, offset} on q's device, drawn by the caller (interface.py,
+  // torch.randint: fresh per call and per CUDA-graph replay); a kernel reads it from memory
+  // (never a host copy), so a captured graph replays with the values of each replay.
+  float dropout_p = 0.f;              // as passed, for checks and messages
+  uint32_t dropout_threshold = 0;     // in [0, 255]: dropout_threshold_u8(dropout_p)
+  float dropout_scale = 1.f;          // 256 / (256 - dropout_threshold)
+  const int64_t* rng_state = nullptr;
+
+  // attn_probs (return_attn_probs=True): S (batch, nheads, s_rows, s_cols) in q's dtype, rows
+  // and columns the sequence-local (i, j) up to max_seqlen_q/k rounded up to 128 (as
+  // flash-attn). S = P_ij (the undropped probability, lse_ptr the forward's), negated where
+  // dropout drops it, 0 where (i, j) is not visible or outside the sequence. Only the
+  // attn_probs op sets s_ptr; the forward kernels ignore it.
+  void* s_ptr = nullptr;
+  int64_t s_batch_stride = 0, s_head_stride = 0, s_row_stride = 0;
+  int32_t s_rows = 0, s_cols = 0;
 
   // KV cache (flash_attn_with_kvcache) and paged KV. int32 on q's device, untrusted: seq_info
   // and the kernels clamp them (wrong numbers at worst, never an out-of-bounds access).
@@ -139,6 +175,14 @@ struct BwdParams : FwdParams {
 
   // D = rowsum(dO * O), fp32, laid out like lse (same strides). Written by the backend.
   float* dsoftmax_sum = nullptr;
+
+  // With sink_ptr: the sink's gradient, fp32 (nheads,), zeroed by the API; the backend adds
+  // into it dsink_h = -sum over the rows i of every sequence of exp(sink_h - lse_i) * D_i
+  // (the sink column's dP is 0, its value being 0; holds with dropout too). How partial sums
+  // are combined (atomics, a workspace) is the backend's; the CPU's order is fixed.
+  float* dsink_ptr = nullptr;
+  // Dropout: the forward's rng_state and threshold (FwdParams) regenerate the same Z:
+  //   dV = (Z P scale)^T dO,  dP = Z * (dO V^T) * scale,  dS = P (dP - D),  D = rowsum(dO O).
 
   // The workspace (FwdParams) holds the backend's bwd_workspace() request.
   bool deterministic = false;

@@ -54,6 +54,7 @@ struct BwdKernel {
     const int group = p.nheads / p.nheads_k;
     const float scale = p.softmax_scale;
     const bool has_softcap = p.softcap > 0.f;
+    const bool drop = p.dropout_threshold > 0;
     const int64_t ws_row0 = p.is_varlen ? seq.q_row0 : int64_t(b) * p.seqlen_q;
     const int64_t ws_ld = int64_t(p.nheads) * dp;
 
@@ -128,8 +129,20 @@ struct BwdKernel {
             float* pr = ps + i * bn;
             for (int j = 0; j < nc; j += kW) vstore(pr + j, vexp2(vload(pr + j)));
           }
-          gemm<true>(n, dvp, m, ps, 1, bn, dos, dvp, dv_acc, dvp);
+          if (drop) {
+            // dV takes the dropped, rescaled P (built in ds, free until dP), dP = Z dP scale.
+            for (int i = 0; i < m; ++i) {
+              for (int j = 0; j < nc; ++j) ds[i * bn + j] = ps[i * bn + j];
+              dropout_row(p, b, h, i0 + i, j0, n, p.dropout_scale, 0.f, ds + i * bn);
+            }
+            gemm<true>(n, dvp, m, ds, 1, bn, dos, dvp, dv_acc, dvp);
+          } else {
+            gemm<true>(n, dvp, m, ps, 1, bn, dos, dvp, dv_acc, dvp);
+          }
           gemm<false>(m, nc, dv, dos, dvp, 1, vt, bn, ds, bn);
+          if (drop)
+            for (int i = 0; i < m; ++i)
+              dropout_row(p, b, h, i0 + i, j0, n, p.dropout_scale, 0.f, ds + i * bn);
           for (int i = 0; i < m; ++i) {
             const vf di = vbcast(dsum[i]), sc = vbcast(scale);
             const float* pr = ps + i * bn;
@@ -154,6 +167,23 @@ struct BwdKernel {
         store_row<kDt>(dv_acc + j * dvp, dv, 1.f, dvg + int64_t(j0 + j) * p.dv_row_stride);
       }
     }
+  }
+
+  // dsink_h = -sum_i exp(sink_h - lse_i) D_i (params.h) over every sequence's rows, in double
+  // and a fixed order (O(rows), after the D pass).
+  static void dsink(const BwdParams& p, const ParallelFor& parallel_for) {
+    run_tasks(parallel_for, p.nheads, 0, [&](int64_t t, float*) {
+      const int h = static_cast<int>(t);
+      const double sink = p.sink_ptr[h];
+      double acc = 0.0;
+      for (int b = 0; b < p.batch; ++b) {
+        const SeqInfo seq = seq_info(p, b);
+        const int64_t off = b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0;
+        for (int i = 0; i < seq.seqlen_q; ++i)
+          acc += std::exp(sink - p.lse_ptr[off + i]) * p.dsoftmax_sum[off + i];
+      }
+      p.dsink_ptr[h] += static_cast<float>(-acc);
+    });
   }
 
   // dq rows [r0, r1) of the flat (total_q, nheads) view: the sum of the split copies.
@@ -211,6 +241,7 @@ struct BwdKernel {
       dsum_tile(p, static_cast<int>(r / p.nheads), static_cast<int>(r % p.nheads),
                 static_cast<int>(t / bh));
     });
+    if (p.sink_ptr) dsink(p, parallel_for);
     const int64_t bhk = int64_t(p.batch) * p.nheads_k;
     const int bn = bwd_block_n(p);
     run_tasks(parallel_for, bhk * n_splits, scratch_elems(p, bn), [&](int64_t t, float* scratch) {

@@ -44,6 +44,7 @@ struct FwdKernel {
     const int d = p.headdim, dv = p.headdim_v, dvp = round_up(dv, kColPad);
     const int hk = h / (p.nheads / p.nheads_k);
     const float slope = alibi_slope(p, b, h);
+    const bool drop = p.dropout_threshold > 0;
 
     float* qs = scratch;                     // bm x d
     float* kt = qs + int64_t(bm) * d;        // d x kBN   (K^T, the B operand of Q K^T)
@@ -114,6 +115,8 @@ struct FwdKernel {
         }
         row_sum[i] = row_sum[i] * alpha + hsum(sum);
         row_max[i] = new_max;
+        // The sum above is the undropped softmax's (params.h); dropout zeroes what P V sees.
+        if (drop) dropout_row(p, b, h, i0 + i, j0, n, 1.f, 0.f, sr);
         if (alpha != 1.f) {
           const vf av = vbcast(alpha);
           float* orow = o + i * dvp;
@@ -126,11 +129,24 @@ struct FwdKernel {
     T* out = static_cast<T*>(p.o_ptr) + b * p.o_batch_stride +
              (seq.q_row0 + i0) * p.o_row_stride + h * p.o_head_stride;
     float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + i0;
-    for (int i = 0; i < m; ++i) {
-      const float l = row_sum[i];
-      const bool empty = !(l > 0.f);  // no visible key: out 0, lse -inf
-      store_row<kDt>(o + i * dvp, dv, empty ? 0.f : 1.f / l, out + i * p.o_row_stride);
-      lse[i] = empty ? neg_inf : row_max[i] * kLn2 + logf(l);
+    const float keep_scale = drop ? p.dropout_scale : 1.f;
+    if (p.sink_ptr == nullptr) {
+      for (int i = 0; i < m; ++i) {
+        const float l = row_sum[i];
+        const bool empty = !(l > 0.f);  // no visible key: out 0, lse -inf
+        store_row<kDt>(o + i * dvp, dv, empty ? 0.f : keep_scale / l, out + i * p.o_row_stride);
+        lse[i] = empty ? neg_inf : row_max[i] * kLn2 + logf(l);
+      }
+    } else {
+      // exp(sink) joins the denominator, rescaled to the larger of the row's and the sink's
+      // maximum; a row with no visible key (max -inf) gets weight 0 for o and lse = sink.
+      const float s2 = sink_log2(p, h);
+      for (int i = 0; i < m; ++i) {
+        const float mx = row_max[i], ref = mx > s2 ? mx : s2;
+        const float alpha = exp2f(mx - ref), l = row_sum[i] * alpha + exp2f(s2 - ref);
+        store_row<kDt>(o + i * dvp, dv, alpha * keep_scale / l, out + i * p.o_row_stride);
+        lse[i] = (mx > s2 ? mx * kLn2 : p.sink_ptr[h]) + logf(l);  // exactly sink if empty
+      }
     }
   }
 

@@ -46,4 +46,8 @@ void run_bwd(const BwdParams& params, const ParallelFor& parallel_for) {
   generic::bwd(params, parallel_for);
 }
 
+void run_probs(const FwdParams& params, const ParallelFor& parallel_for) {
+  generic::probs(params, parallel_for);
+}
+
 }  // namespace flashattn::cpu

@@ -17,5 +17,7 @@ void run_kvcache_append(const FwdParams& params, const KvAppendParams& append,
                         const ParallelFor& parallel_for);
 BwdWorkspaceSizes bwd_workspace(const BwdParams& params);
 void run_bwd(const BwdParams& params, const ParallelFor& parallel_for);
+// attn_probs: S of params.h (s_ptr, zeroed by the caller; lse_ptr the forward's).
+void run_probs(const FwdParams& params, const ParallelFor& parallel_for);
 
 }  // namespace flashattn::cpu

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "../common/philox.h"
 #include "../common/tile_policy.h"
 #include "cpu_backend.h"
 
@@ -56,6 +57,26 @@ inline int bwd_num_splits(const BwdParams& p) {
   const int64_t per_split = p.total_q * p.nheads * round_up(p.headdim, kColPad);
   if (per_split > 0 && g * per_split > kMaxWorkspaceElems) g = kMaxWorkspaceElems / per_split;
   return static_cast<int>(g < 1 ? 1 : g);
+}
+
+// Dropout (params.h, philox.h) on row i, columns [j0, j0 + n) of (b, h): x[j] *= kept ?
+// keep_factor : drop_factor. One Philox call per 16-column group the range touches.
+inline void dropout_row(const FwdParams& p, int b, int h, int i, int j0, int n,
+                        float keep_factor, float drop_factor, float* x) {
+  const uint64_t seed = static_cast<uint64_t>(p.rng_state[0]);
+  const uint64_t offset = static_cast<uint64_t>(p.rng_state[1]);
+  for (int j = 0; j < n;) {
+    const int c0 = (j0 + j) & 15, e = n - j < 16 - c0 ? n - j : 16 - c0;
+    const Philox4 r = dropout_bits(seed, offset, b, h, i, (j0 + j) >> 4);
+    for (int c = 0; c < e; ++c)
+      x[j + c] *= dropout_byte(r, c0 + c) >= p.dropout_threshold ? keep_factor : drop_factor;
+    j += e;
+  }
+}
+
+// The sink's natural-log logit of head h in log2 units, or -inf without a sink.
+inline float sink_log2(const FwdParams& p, int h) {
+  return p.sink_ptr ? p.sink_ptr[h] * kLog2e : -__builtin_inff();
 }
 
 // Asks for rows [0, n) of a strided matrix (row_bytes each) to be brought into L2 while the

@@ -14,6 +14,7 @@ void bwd(const BwdParams& p, const ParallelFor& parallel_for);
 namespace generic {
 void fwd(const FwdParams& p, const ParallelFor& parallel_for);
 void bwd(const BwdParams& p, const ParallelFor& parallel_for);
+void probs(const FwdParams& p, const ParallelFor& parallel_for);  // attn_probs (params.h)
 }  // namespace generic
 
 }  // namespace flashattn::cpu

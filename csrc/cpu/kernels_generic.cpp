@@ -17,9 +17,11 @@ namespace flashattn::cpu::generic_impl {
 #include "attn_fwd.h"
 #include "attn_bwd.h"
 #include "kernels_entry.h"
+#include "attn_probs.h"
 }  // namespace flashattn::cpu::generic_impl
 
 namespace flashattn::cpu::generic {
 void fwd(const FwdParams& p, const ParallelFor& pf) { generic_impl::run_fwd(p, pf); }
 void bwd(const BwdParams& p, const ParallelFor& pf) { generic_impl::run_bwd(p, pf); }
+void probs(const FwdParams& p, const ParallelFor& pf) { generic_impl::run_probs(p, pf); }
 }  // namespace flashattn::cpu::generic

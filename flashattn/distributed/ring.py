@@ -328,7 +328,7 @@ class _PaddedRows:
         return torch.ops.flashattn.fwd(q, k, v, **opts)
 
     def bwd(self, dout, q, k, v, out, lse, qpart, kpart, **opts):
-        return torch.ops.flashattn.bwd(dout, q, k, v, out, lse, **opts)
+        return torch.ops.flashattn.bwd(dout, q, k, v, out, lse, **opts)[:3]
 
 
 class _VarlenRows:
@@ -381,7 +381,7 @@ class _VarlenRows:
         _, cu_q, max_q = self.sel[qpart]
         _, cu_k, max_k = self.sel[kpart]
         return torch.ops.flashattn.varlen_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q,
-                                              max_k, **opts)
+                                              max_k, **opts)[:3]
 
 
 # ---------------------------------------------------------------------------------------------
