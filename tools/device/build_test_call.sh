@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One H200 call: the package built with the machine's own environment, then CUDA test sets
 # (TEST_SETS: "name:force:pytest-args" entries, run in turn; the pytest arguments name the
-# tests, "+" for a space, e.g. "kv:auto:tests/test_kvcache.py+-k+cuda"), then the Hopper backward's
+# tests, "+" for a space, shell quoting kept, e.g. "kv:auto:tests+-k+'cuda+and+not+dropout'"),
+# then the Hopper backward's
 # self-test (BWD=1, sm90_bwd_selftest.sh; its build runs under the package build), and
 # compute-sanitizer memcheck over tools/sanitize_cases.py (SANITIZE=1; SANITIZE_ARGS, e.g.
 # "--decode" or "--sm90", several runs separated by commas). Stashes FA4's first
@@ -27,7 +28,7 @@ for set in ${TEST_SETS:-"cuda:auto:tests+-k+cuda"}; do
   args=${args//+/ }
   t1=$(date +%s)
   FLASHATTN_FORCE_BACKEND=$force FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$PWD timeout ${TEST_LIMIT:-300} \
-    python3 -m pytest -q -rfEs -p no:cacheprovider -n 8 $args > $L/tests_$name.log 2>&1
+    eval "python3 -m pytest -q -rfEs -p no:cacheprovider -n 8 $args" > $L/tests_$name.log 2>&1
   echo "== tests $name ($force, $args) rc=$?: $(tail -n 1 $L/tests_$name.log) ($(( $(date +%s) - t1 )) s)"
   grep -E "^(FAILED|ERROR)" $L/tests_$name.log | head -20
   grep -E "^E  " $L/tests_$name.log | head -30
