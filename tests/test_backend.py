@@ -316,3 +316,32 @@ def test_cuda_decode_shaped(case, monkeypatch):
     # Forced onto sm80, the same call runs the main kernels (not the decode ones).
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm80")
     assert flashattn.kernel_path(q, k, v, **kw) in ("sm80", "sm80-ptx")
+
+
+@needs_cuda
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_cuda_decode_small_smem(d, monkeypatch):
+    """The decode kernels' variant for GPUs with 99 KB of shared memory per block (sm_86 /
+    sm_89), picked under FLASHATTN_SMEM_LIMIT, against float64 (kvcache, paged)."""
+    monkeypatch.delenv("FLASHATTN_FORCE_BACKEND", raising=False)
+    monkeypatch.setenv("FLASHATTN_SMEM_LIMIT", "101376")
+    B, sq, sk, H, Hk, page = 2, 2, 1024, 8, 2, 64
+    dtype = torch.bfloat16
+    q = rand([B, sq, H, d], dtype, "cuda")
+    k, v = (rand([B, sk, Hk, d], dtype, "cuda") for _ in range(2))
+    assert flashattn.kernel_path(q, k, v, causal=True) == "sm80-decode"
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    ref, low = ref_and_lowp(q, k, v, causal=True)
+    check_results(dict(out=out, lse=lse), ref, low, dtype, grads=False)
+    # The same keys in a paged cache (a shuffled block table), through flash_attn_with_kvcache.
+    per = sk // page
+    table = torch.randperm(B * per, device="cuda").view(B, per)
+    k_pool = torch.empty(B * per, page, Hk, d, device="cuda", dtype=dtype)
+    v_pool = torch.empty_like(k_pool)
+    k_pool[table.flatten()] = k.view(B * per, page, Hk, d)
+    v_pool[table.flatten()] = v.view(B * per, page, Hk, d)
+    seqlens = torch.full((B,), sk, dtype=torch.int32, device="cuda")
+    out2, lse2 = flashattn.flash_attn_with_kvcache(
+        q, k_pool, v_pool, cache_seqlens=seqlens, block_table=table.to(torch.int32),
+        causal=True, return_softmax_lse=True)
+    check_results(dict(out=out2, lse=lse2), ref, low, dtype, grads=False)

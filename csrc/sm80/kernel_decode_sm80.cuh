@@ -22,8 +22,8 @@ constexpr int decode_stages(int stage_bytes, int budget) {
 }
 
 // kBN keys per stage, their ring about kRingBudget bytes. The default (64 keys, 96 KB: two CTAs
-// per SM on Hopper / A100) needs up to 160 KB at d256; decode_small_smem is the variant for
-// GPUs with 99 KB per block (sm_86 / sm_89) at d 192 / 256.
+// per SM on Hopper / A100) needs up to 160 KB at d256; DecodeSmallSmem is the variant for
+// GPUs with 99 KB per block (sm_86 / sm_89), at most 96 KB at d256 (decode_plan picks it).
 template <int kD_, typename Element_, int kWarpsM_, int kBN_ = 64, int kRingBudget = 98304>
 struct DecodeTraits {
   using Element = Element_;

@@ -37,8 +37,11 @@ inline DecodePlan decode_plan(const FwdParams& p, int bucket) {
   const int64_t rows = int64_t(p.seqlen_q) * group;
   pl.warps_m = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);
   const bool big = bucket > 128;
-  // The default tiles at d 192 / 256 need more shared memory than sm_86 / sm_89 have.
-  pl.small_smem = big && smem_optin_bytes() < 160 * 1024;
+  // The default tiles' shared memory (DecodeTraits: Q, then a ~96 KB ring of 64-key stages);
+  // where the device has less (sm_86 / sm_89: 99 KB, from d 128 on), the small variant.
+  const int stage = 2 * 64 * bucket * 2;
+  const int default_smem = 16 * pl.warps_m * bucket * 2 + decode_stages(stage, 98304) * stage;
+  pl.small_smem = smem_optin_bytes() < default_smem;
   if (pl.small_smem) pl.warps_m = 4;
   const int tile_m = 16 * pl.warps_m;
   pl.m_tiles = static_cast<int>((rows + tile_m - 1) / tile_m);
@@ -95,13 +98,14 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
     for (a.page_shift = 0; (1 << a.page_shift) < p.page_size;) ++a.page_shift;
   a.vec_ok = fwd_vectorizable(p);
   a.score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
-  if constexpr (kHeadDim > 128) {
-    if (pl.small_smem) return launch_decode<DecodeSmallSmem<kHeadDim, Element>>(p, pl, a, stream);
-  }
-  switch (pl.warps_m) {
-    case 1: launch_decode<DecodeTraits<kHeadDim, Element, 1>>(p, pl, a, stream); break;
-    case 2: launch_decode<DecodeTraits<kHeadDim, Element, 2>>(p, pl, a, stream); break;
-    default: launch_decode<DecodeTraits<kHeadDim, Element, 4>>(p, pl, a, stream); break;
+  if (pl.small_smem) {
+    launch_decode<DecodeSmallSmem<kHeadDim, Element>>(p, pl, a, stream);
+  } else {
+    switch (pl.warps_m) {
+      case 1: launch_decode<DecodeTraits<kHeadDim, Element, 1>>(p, pl, a, stream); break;
+      case 2: launch_decode<DecodeTraits<kHeadDim, Element, 2>>(p, pl, a, stream); break;
+      default: launch_decode<DecodeTraits<kHeadDim, Element, 4>>(p, pl, a, stream); break;
+    }
   }
   if (pl.num_splits > 1) {
     const int64_t blocks = (pl.rows_total + 3) / 4;
