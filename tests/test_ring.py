@@ -31,7 +31,8 @@ from flashattn.distributed import (
 )
 from flashattn.distributed.ring import _step_calls, _step_pair, _unshard, _VarlenRows
 from helpers import assert_close, check_results, rand
-from reference import attention_ref, ref_and_lowp, ref_and_lowp_varlen, visible_mask
+from reference import (attention_ref, ref_and_lowp, ref_and_lowp_ext, ref_and_lowp_varlen,
+                       visible_mask)
 
 HAVE_GLOO = dist.is_available() and dist.is_gloo_available()
 needs_gloo = pytest.mark.skipif(
@@ -233,6 +234,11 @@ def test_argument_errors():
         ring_flash_attn_func(q, q, q, alibi_slopes=torch.rand(2))
     with pytest.raises(ValueError, match="window_size must be a pair"):
         ring_flash_attn_func(q, q, q, window_size=3)
+    with pytest.raises(ValueError, match=r"learnable_sink must be a float32 tensor of shape "
+                                         r"\(nheads,\) = \(2,\)"):
+        ring_flash_attn_func(q, q, q, learnable_sink=torch.zeros(3))
+    with pytest.raises(ValueError, match="learnable_sink must be a float32"):
+        ring_flash_attn_func(q, q, q, learnable_sink=torch.zeros(2, dtype=torch.float64))
     with pytest.raises(ValueError, match="layout must be one of"):
         ring_flash_attn_func(q, q, q, layout="striped")
     odd = torch.randn(1, 7, 2, 16)
@@ -267,7 +273,7 @@ def test_argument_errors():
 #   heads: (nheads, nheads_k); group: the global ranks of a subgroup (None: the default group)
 
 _BASE = dict(dtype="fp32", heads=(4, 2), d=32, dv=32, softcap=0.0, deterministic=False,
-             group=None, probs=True, window=(-1, -1))
+             group=None, probs=True, window=(-1, -1), sink=False)
 CASES = {
     1: [dict(layout="zigzag", causal=True, chunk=5)],  # a ring of one: no transfers
     2: [
@@ -280,6 +286,8 @@ CASES = {
         dict(layout="plain", causal=False, chunks=(5, 9), softcap=3.0),
         dict(layout="zigzag", causal=True, chunk=7, window=(5, -1)),
         dict(layout="plain", causal=False, chunk=9, window=(4, 11)),
+        dict(layout="zigzag", causal=True, chunk=7, sink=True),
+        dict(layout="plain", causal=False, chunks=(5, 0, 3), sink=True),
     ],
     3: [
         dict(layout="zigzag", causal=True, chunk=9, softcap=2.5),
@@ -291,6 +299,7 @@ CASES = {
         dict(layout="plain", causal=True, chunks=(7, 2, 0), group=(0, 2)),
         dict(layout="zigzag", causal=False, chunk=7, window=(9, 2), heads=(4, 1)),
         dict(layout="plain", causal=True, chunk=8, window=(13, -1), softcap=2.0),
+        dict(layout="zigzag", causal=True, chunk=5, sink=True, window=(6, -1), heads=(4, 1)),
     ],
     4: [
         dict(layout="zigzag", causal=True, chunk=7),
@@ -303,6 +312,7 @@ CASES = {
         dict(layout="zigzag", causal=False, chunks=(2, 5), dv=16, probs=False),
         dict(layout="zigzag", causal=True, chunk=6, window=(7, -1), dtype="bf16"),
         dict(layout="zigzag", causal=False, chunk=5, window=(-1, 3), deterministic=True),
+        dict(layout="zigzag", causal=True, chunks=(2, 3), sink=True, softcap=2.0),
     ],
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -332,6 +342,8 @@ def _case_id(world_size, i):
         parts.append("group" + "".join(map(str, c["group"])))
     if c["window"] != (-1, -1):
         parts.append("window{}x{}".format(*c["window"]))
+    if c["sink"]:
+        parts.append("sink")
     return "-".join(parts)
 
 
@@ -346,6 +358,8 @@ def _inputs(case, generator):
 
     data = dict(q=randn(H, case["d"]), k=randn(Hk, case["d"]), v=randn(Hk, case["dv"]),
                 dout=randn(H, case["dv"]))
+    if case["sink"]:
+        data["sink"] = torch.randn(H, generator=generator)
     if case["varlen"]:
         data["cu"] = torch.tensor([0] + torch.tensor(case["seqlens"]).cumsum(0).tolist(),
                                   dtype=torch.int32)
@@ -379,6 +393,9 @@ def _run_case(case, data, group):
               deterministic=case["deterministic"], layout=case["layout"])
     if case["window"] != (-1, -1):
         kw["window_size"] = case["window"]
+    sink = data["sink"].clone().requires_grad_() if case["sink"] else None
+    if sink is not None:
+        kw["learnable_sink"] = sink
     if case["probs"]:
         out, lse, probs = attn(q, k, v, return_attn_probs=True, **kw)
         assert probs is None
@@ -393,6 +410,11 @@ def _run_case(case, data, group):
     if lse is not None:
         local["lse"] = lse
     full = {n: gather(t, lse_dim if n == "lse" else seq_dim) for n, t in local.items()}
+    if sink is not None:  # the all-reduced gradient: the same on every rank
+        full["dsink"] = sink.grad
+        others = [torch.empty_like(sink.grad) for _ in range(world_size)]
+        dist.all_gather(others, sink.grad, group=group)
+        assert all(torch.equal(o, sink.grad) for o in others), "dsink differs across ranks"
     if case["deterministic"]:  # a second run is the same bit for bit
         q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
         out2 = attn(q2, k2, v2, **kw)
@@ -485,7 +507,11 @@ def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
     case = _case(world_size, index)
     data = _inputs(case, torch.Generator().manual_seed(run_seed + index))
     opts = dict(causal=case["causal"], softcap=case["softcap"], window_size=case["window"])
-    if case["varlen"]:
+    if case["sink"]:
+        cu = (data["cu"], data["cu"]) if case["varlen"] else None
+        ref, low = ref_and_lowp_ext(data["q"], data["k"], data["v"], data["dout"], data["sink"],
+                                    cu_seqlens=cu, **opts)
+    elif case["varlen"]:
         ref, low = ref_and_lowp_varlen(data["q"], data["k"], data["v"], data["cu"], data["cu"],
                                        data["dout"], **opts)
     else:
@@ -494,5 +520,8 @@ def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
     assert ("lse" in ours) == case["probs"]
     try:
         check_results(ours, ref, low, DTYPES[case["dtype"]])
+        if case["sink"]:
+            assert_close("dsink", ours["dsink"], ref["dsink"], low["dsink"],
+                         DTYPES[case["dtype"]], 3.0, ref["dsink"].abs().max().item())
     except AssertionError as e:
         raise AssertionError(f"{e}; {where}") from None

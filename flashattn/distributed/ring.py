@@ -321,6 +321,25 @@ class _PaddedRows:
     def put(self, acc, part, value, lse=False):
         self.take(acc, part, lse).copy_(value)
 
+    # The learnable sink in the lse layout (batch, nheads, seqlen); a per-row factor of the lse
+    # layout onto out's (batch, seqlen, nheads, dv); a rowsum of out's layout onto the lse's;
+    # the sum over everything but the heads.
+    @staticmethod
+    def sink_like(sink):
+        return sink.float().view(1, -1, 1)
+
+    @staticmethod
+    def lse_to_out(x):
+        return x.transpose(1, 2).unsqueeze(-1)
+
+    @staticmethod
+    def rows_to_lse(x):
+        return x.transpose(1, 2)
+
+    @staticmethod
+    def head_sum(x):
+        return x.sum(dim=(0, 2))
+
     def add(self, acc, part, value):
         self.take(acc, part).add_(value)
 
@@ -356,6 +375,23 @@ class _VarlenRows:
     @staticmethod
     def lse_shape(q):
         return q.shape[1], q.shape[0]
+
+    # As _PaddedRows's, for lse (nheads, total) and out (total, nheads, dv).
+    @staticmethod
+    def sink_like(sink):
+        return sink.float().view(-1, 1)
+
+    @staticmethod
+    def lse_to_out(x):
+        return x.transpose(0, 1).unsqueeze(-1)
+
+    @staticmethod
+    def rows_to_lse(x):
+        return x.transpose(0, 1)
+
+    @staticmethod
+    def head_sum(x):
+        return x.sum(dim=1)
 
     def take(self, x, part, lse=False):
         index = self.sel[part][0]
@@ -394,7 +430,7 @@ def _window_opts(window_left, window_right):
 
 class _RingFlashAttn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, rows, group, softmax_scale, causal, softcap, deterministic,
+    def forward(ctx, q, k, v, sink, rows, group, softmax_scale, causal, softcap, deterministic,
                 layout, window):
         ring = _Ring(group)
         opts = dict(softmax_scale=softmax_scale, softcap=softcap, alibi_slopes=None,
@@ -421,8 +457,14 @@ class _RingFlashAttn(torch.autograd.Function):
             if not last:
                 _wait(works)
                 kv = kv_next
+        if sink is not None:
+            # The sink enters once, here: a key every row sees, with value 0 (flash_attn_func's
+            # learnable_sink): lse' = logaddexp(lse, sink), out' = out * exp(lse - lse').
+            lse_sink = torch.logaddexp(lse_acc, rows.sink_like(sink).expand_as(lse_acc))
+            out_acc = out_acc * rows.lse_to_out(torch.exp(lse_acc - lse_sink))
+            lse_acc = lse_sink
         out = out_acc.to(q.dtype)
-        ctx.save_for_backward(q, k, v, out, lse_acc)
+        ctx.save_for_backward(q, k, v, out, lse_acc, sink)
         ctx.mark_non_differentiable(lse_acc)
         ctx.ring, ctx.rows, ctx.opts, ctx.causal, ctx.layout = ring, rows, opts, causal, layout
         ctx.window, ctx.seqlen_local = window, seqlen_local
@@ -431,8 +473,17 @@ class _RingFlashAttn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         # softmax_lse is marked non-differentiable: its incoming gradient is ignored.
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sink = ctx.saved_tensors
         ring, rows = ctx.ring, ctx.rows
+        # The chunk calls run without the sink: their P = exp(s - lse) with the merged lse
+        # (sink included) and D = rowsum(dout * out) are already the global ones. The sink's
+        # gradient, -sum_rows exp(sink - lse) D, sums over every rank's rows.
+        dsink = None
+        if sink is not None and ctx.needs_input_grad[3]:
+            d = rows.rows_to_lse((dout.float() * out.float()).sum(-1))
+            dsink = -rows.head_sum(torch.exp(rows.sink_like(sink) - lse) * d)
+            if ring.world_size > 1:
+                dist.all_reduce(dsink, group=ring.group)
         shapes = (k.shape, v.shape)
         dq_acc = torch.zeros_like(q, dtype=torch.float32)
         kv = _pack((k, v))
@@ -472,7 +523,7 @@ class _RingFlashAttn(torch.autograd.Function):
                 kv = kv_next
         _wait(dkv_works)  # after W steps each chunk's accumulator is back on its own rank
         dk, dv = _unpack(dkv_next, shapes)
-        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 8
+        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsink) + (None,) * 8
 
 
 def _check_inputs(fn, q, k, v, layout, varlen):
@@ -523,6 +574,21 @@ def _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_s
     return opts
 
 
+def _check_sink(fn, sink, q):
+    if sink is None:
+        return None
+    heads = q.shape[-2]
+    if not isinstance(sink, torch.Tensor) or sink.dtype != torch.float32 or (
+            tuple(sink.shape) != (heads,)):
+        got = (sink.dtype, tuple(sink.shape)) if isinstance(sink, torch.Tensor) else type(sink)
+        raise ValueError(f"flashattn: {fn}: learnable_sink must be a float32 tensor of shape "
+                         f"(nheads,) = ({heads},), got {got}")
+    if sink.device != q.device:
+        raise ValueError(f"flashattn: {fn}: learnable_sink must be on q's device {q.device}, got "
+                         f"{sink.device}")
+    return sink
+
+
 def _check_group(fn, group):
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(f"flashattn: {fn} needs an initialised torch.distributed process "
@@ -545,6 +611,8 @@ def ring_flash_attn_func(
     deterministic=False,
     return_attn_probs=False,
     layout="zigzag",
+    *,
+    learnable_sink=None,
 ):
     """Exact attention over one sequence split across the ranks of `group` (ring attention).
 
@@ -578,6 +646,10 @@ def ring_flash_attn_func(
             "zigzag": S cut into 2W chunks, rank r holds chunks r and 2W-1-r concatenated
             (seqlen_local = S / W, even); "plain": S cut into W chunks, rank r holds chunk r.
             zigzag_shard / plain_shard produce these from full tensors.
+        learnable_sink: None, or fp32 (nheads,) the same on every rank: flash_attn_func's
+            attention sink (a logit per head joining every row's softmax denominator), applied
+            once in the merge; its gradient is summed over the ranks (an all-reduce in the
+            backward).
 
     Returns:
         out: (batch, seqlen_local, nheads, headdim_v) in q's dtype, or (out, softmax_lse, None)
@@ -589,8 +661,9 @@ def ring_flash_attn_func(
     opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
                          deterministic, window_ok=True)
     _check_group(fn, group)
+    sink = _check_sink(fn, learnable_sink, q)
     out, softmax_lse = _RingFlashAttn.apply(
-        q, k, v, _PaddedRows(q.shape[1]), group, opts["softmax_scale"], bool(causal),
+        q, k, v, sink, _PaddedRows(q.shape[1]), group, opts["softmax_scale"], bool(causal),
         opts["softcap"], bool(deterministic), layout, opts["window"])
     return _result(out, softmax_lse, return_attn_probs)
 
@@ -611,6 +684,8 @@ def ring_flash_attn_varlen_func(
     deterministic=False,
     return_attn_probs=False,
     layout="zigzag",
+    *,
+    learnable_sink=None,
 ):
     """Ring attention over a batch of variable-length sequences, each split across the ranks
     of `group` (the varlen twin of ring_flash_attn_func; self-attention, so q and k share
@@ -649,7 +724,8 @@ def ring_flash_attn_varlen_func(
                          f"{cu_seqlens.device}")
     _check_group(fn, group)
     rows = _VarlenRows(cu_seqlens, int(max_seqlen), q.shape[0], layout == "zigzag")
+    sink = _check_sink(fn, learnable_sink, q)
     out, softmax_lse = _RingFlashAttn.apply(
-        q, k, v, rows, group, opts["softmax_scale"], bool(causal), opts["softcap"],
+        q, k, v, sink, rows, group, opts["softmax_scale"], bool(causal), opts["softcap"],
         bool(deterministic), layout, None)
     return _result(out, softmax_lse, return_attn_probs)
