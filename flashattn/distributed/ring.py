@@ -660,8 +660,8 @@ def ring_flash_attn_func(
     _check_inputs(fn, q, k, v, layout, varlen=False)
     opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
                          deterministic, window_ok=True)
-    _check_group(fn, group)
     sink = _check_sink(fn, learnable_sink, q)
+    _check_group(fn, group)
     out, softmax_lse = _RingFlashAttn.apply(
         q, k, v, sink, _PaddedRows(q.shape[1]), group, opts["softmax_scale"], bool(causal),
         opts["softcap"], bool(deterministic), layout, opts["window"])
@@ -722,9 +722,9 @@ def ring_flash_attn_varlen_func(
     if cu_seqlens.device != q.device:
         raise ValueError(f"flashattn: {fn}: cu_seqlens must be on q's device {q.device}, got "
                          f"{cu_seqlens.device}")
+    sink = _check_sink(fn, learnable_sink, q)
     _check_group(fn, group)
     rows = _VarlenRows(cu_seqlens, int(max_seqlen), q.shape[0], layout == "zigzag")
-    sink = _check_sink(fn, learnable_sink, q)
     out, softmax_lse = _RingFlashAttn.apply(
         q, k, v, sink, rows, group, opts["softmax_scale"], bool(causal), opts["softcap"],
         bool(deterministic), layout, None)
