@@ -647,7 +647,8 @@ def block_sparse_attn_func(
         kept = dense.repeat_interleave(bm, -2).repeat_interleave(bn, -1)[..., :sq, :sk]
         kept = torch.nn.functional.pad(kept, (0, s_dmask.shape[-1] - sk,
                                               0, s_dmask.shape[-2] - sq))
-        result = (out, softmax_lse, s_dmask * kept)
+        # where, not a product: outside the kept tiles exp(s - lse) may overflow to inf.
+        result = (out, softmax_lse, torch.where(kept, s_dmask, 0))
     return result
 
 
