@@ -36,6 +36,7 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "block_sparse_attn_func",
+    "block_sparse_attn_varlen_func",
     "block_mask_from_flex",
     "kernel_path",
 ]
@@ -553,12 +554,11 @@ def _check_mask_tensor(t, name, dtype, q, shape):
         raise ValueError(f"flashattn: {name} must have shape ({want}), got {tuple(t.shape)}")
 
 
-def _dense_block_mask(block_mask, q, k, bm, bn):
-    """block_mask (dense bool, or the pair (kv_num_blocks, kv_indices)) as a dense bool
-    (B or 1, H or 1, nq, nk) tensor; out-of-range counts and indices clamped (conventions,
-    rule 7), on the device, without a host sync."""
-    batch, sq, nheads = q.shape[0], q.shape[1], q.shape[2]
-    nq, nk = (sq + bm - 1) // bm, (k.shape[1] + bn - 1) // bn
+def _dense_block_mask(block_mask, q, batch, nheads, sq, sk, bm, bn):
+    """block_mask (dense bool, or the pair (kv_num_blocks, kv_indices)) of a (sq, sk) score
+    matrix as a dense bool (B or 1, H or 1, nq, nk) tensor; out-of-range counts and indices
+    clamped (conventions, rule 7), on the device, without a host sync."""
+    nq, nk = (sq + bm - 1) // bm, (sk + bn - 1) // bn
     if isinstance(block_mask, (tuple, list)):
         if len(block_mask) != 2:
             raise ValueError("flashattn: block_mask as a sequence must be the pair "
@@ -620,8 +620,9 @@ def block_sparse_attn_func(
     [qb * block_m, + block_m), key block kb keys [kb * block_n, + block_n) (the last ones end
     at seqlen_q / seqlen_k). Query i sees key j iff their tile is kept and causal / window
     let it (a kept tile is still masked inside by them). A row whose tiles are all dropped
-    gets out = 0 and softmax_lse = -inf (the sink with learnable_sink). Padded layout only
-    (no varlen twin yet); CPU tensors only for now: on CUDA it raises RuntimeError (issue 16).
+    gets out = 0 and softmax_lse = -inf (the sink with learnable_sink). Varlen twin:
+    block_sparse_attn_varlen_func. CPU tensors only for now: on CUDA it raises RuntimeError
+    (issue 16).
 
     Arguments: those of flash_attn_func, plus
         block_mask: a dense bool tensor (batch or 1, nheads or 1, ceil(seqlen_q / block_m),
@@ -635,21 +636,66 @@ def block_sparse_attn_func(
     Returns: as flash_attn_func; with return_attn_probs and dropout, S is 0 on dropped tiles.
     """
     bm, bn = _block_size(block_size)
-    dense = _dense_block_mask(block_mask, q, k, bm, bn)
+    dense = _dense_block_mask(block_mask, q, q.shape[0], q.shape[2], q.shape[1], k.shape[1],
+                              bm, bn)
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, learnable_sink)
     out, softmax_lse = torch.ops.flashattn.fwd(q, k, v, **opts,
                                                **_block_sparse_args(dense, bm, bn))
-    result = _result(out, softmax_lse, return_attn_probs, (q, k, v), opts)
-    if return_attn_probs and result[2] is not None:
-        s_dmask = result[2]
-        sq, sk = q.shape[1], k.shape[1]
-        kept = dense.repeat_interleave(bm, -2).repeat_interleave(bn, -1)[..., :sq, :sk]
-        kept = torch.nn.functional.pad(kept, (0, s_dmask.shape[-1] - sk,
-                                              0, s_dmask.shape[-2] - sq))
-        # where, not a product: outside the kept tiles exp(s - lse) may overflow to inf.
-        result = (out, softmax_lse, torch.where(kept, s_dmask, 0))
-    return result
+    return _sparse_result(_result(out, softmax_lse, return_attn_probs, (q, k, v), opts),
+                          return_attn_probs, dense, bm, bn)
+
+
+def _sparse_result(result, return_attn_probs, dense, bm, bn):
+    """_result's S with the dropped tiles zeroed (attn_probs recomputes every visible P)."""
+    if not return_attn_probs or result[2] is None:
+        return result
+    out, softmax_lse, s_dmask = result
+    rows, cols = s_dmask.shape[-2:]
+    kept = dense.repeat_interleave(bm, -2).repeat_interleave(bn, -1)[..., :rows, :cols]
+    kept = torch.nn.functional.pad(kept, (0, cols - kept.shape[-1], 0, rows - kept.shape[-2]))
+    # where, not a product: outside the kept tiles exp(s - lse) may overflow to inf.
+    return out, softmax_lse, torch.where(kept, s_dmask, 0)
+
+
+def block_sparse_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    block_mask,
+    block_size=(128, 128),
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    learnable_sink=None,
+):
+    """block_sparse_attn_func for flash_attn_varlen_func's layout: the tiles of each sequence
+    (its query row 0 and key 0 start its blocks), block_mask (batch or 1, nheads or 1,
+    ceil(max_seqlen_q / block_m), ceil(max_seqlen_k / block_n)) in either form; no
+    block_table. CPU tensors only for now (on CUDA it raises RuntimeError, issue 16)."""
+    bm, bn = _block_size(block_size)
+    sq = torch.sym_min(max_seqlen_q, q.shape[0])  # the op clamps the hints to the row counts
+    sk = torch.sym_min(max_seqlen_k, k.shape[0])
+    dense = _dense_block_mask(block_mask, q, cu_seqlens_q.shape[0] - 1, q.shape[1], sq, sk,
+                              bm, bn)
+    opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, learnable_sink)
+    out, softmax_lse = torch.ops.flashattn.varlen_fwd(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **opts,
+        **_block_sparse_args(dense, bm, bn))
+    result = _result(out, softmax_lse, return_attn_probs,
+                     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), opts)
+    return _sparse_result(result, return_attn_probs, dense, bm, bn)
 
 
 def block_mask_from_flex(block_mask):

@@ -368,3 +368,124 @@ def test_flex_block_mask():
     assert bs == (128, 128)
     got = flashattn.block_sparse_attn_func(q, k, v, mask, bs)
     assert torch.equal(got, flashattn.block_sparse_attn_func(q, k, v, dense, bs))
+
+
+VARLEN = {"mixed": ([113, 0, 1, 57], [203, 5, 239, 57]), "long": ([300, 130], [257, 64])}
+
+
+def _cu(lens, device):
+    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32,
+                        device=device)
+
+
+def _varlen_factors(device):
+    return dict(dtype=dtypes_for(device), lens=list(VARLEN), block=["64x64", "64x128", "128x32"],
+                density=["half", "emptyrows", "all"], form=["dense", "compressed"],
+                bcast=["bh", "11"], causal=[False, True], window=["none", "sym"],
+                heads=["mha", "gqa"], p=[0.0, 0.3], sink=[False, True])
+
+
+def _varlen_params():
+    return [pytest.param(device, c, id=f"{device}-{case_id(c)}")
+            for device in DEVICES for c in covering_set(_varlen_factors(device), seed=17)]
+
+
+@pytest.mark.parametrize("device,c", _varlen_params())
+def test_block_sparse_varlen(device, c, seed):
+    """block_sparse_attn_varlen_func against the float64 reference of each sequence with its
+    mask slice (blocks start at each sequence's first row and key)."""
+    dtype = DTYPES[c["dtype"]]
+    H, Hk = HEADS[c["heads"]]
+    d = 48
+    skip_if_no_kernel(device, dtype, d, d)
+    lens_q, lens_k = VARLEN[c["lens"]]
+    B, sq, sk, p = len(lens_q), max(lens_q), max(lens_k), c["p"]
+    bs = BLOCKS[c["block"]]
+    nq, nk = _nblocks(sq, sk, bs)
+    mb, mh = {"bh": (B, H), "11": (1, 1)}[c["bcast"]]
+    dense = make_mask(c["density"], (mb, mh, nq, nk), device)
+    block_mask = dense if c["form"] == "dense" else compress(dense)
+    cu_q, cu_k = _cu(lens_q, device), _cu(lens_k, device)
+    q, dout = rand([sum(lens_q), H, d], dtype, device), rand([sum(lens_q), H, d], dtype, device)
+    k, v = rand([sum(lens_k), Hk, d], dtype, device), rand([sum(lens_k), Hk, d], dtype, device)
+    sink = (torch.randn(H, device=device) * 2).requires_grad_() if c["sink"] else None
+    kw = dict(causal=c["causal"], window_size=_window(c["window"], min(lens_k)))
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    torch.manual_seed(seed + 1)
+    out, lse, _ = flashattn.block_sparse_attn_varlen_func(
+        qg, kg, vg, cu_q, cu_k, sq, sk, block_mask, bs, dropout_p=p, return_attn_probs=True,
+        learnable_sink=sink, **kw)
+    leaves = (qg, kg, vg) + ((sink,) if sink is not None else ())
+    grads = torch.autograd.grad(out, leaves, dout)
+    ours = dict(zip(("dq", "dk", "dv", "dsink"), grads), out=out, lse=lse)
+    keep = None
+    if p > 0:
+        torch.manual_seed(seed + 1)
+        keep = dropout_keep_ref(flashattn.interface._rng_state(q, p).cpu(), B, H, sq, sk, p)
+    parts = []
+    for b in range(B):
+        q0, q1, k0, k1 = cu_q[b].item(), cu_q[b + 1].item(), cu_k[b].item(), cu_k[b + 1].item()
+        extra = {} if keep is None else dict(
+            dropout_keep=keep[b:b + 1], dropout_scale=256 / (256 - dropout_threshold_ref(p)))
+        sl = lambda t, a, e: t.detach().cpu()[a:e].unsqueeze(0)  # noqa: E731
+        parts.append(ref_and_lowp_ext(
+            sl(q, q0, q1), sl(k, k0, k1), sl(v, k0, k1), sl(dout, q0, q1),
+            None if sink is None else sink.cpu(), None, out_used=sl(out, q0, q1),
+            block_mask=dense[b if mb > 1 else 0].unsqueeze(0).cpu(), block_size=bs, **kw,
+            **extra))
+    ref, low = ({}, {})
+    for i, dst in enumerate((ref, low)):
+        for name in ("out", "dq", "dk", "dv"):
+            dst[name] = torch.cat([pt[i][name][0] for pt in parts])
+        dst["lse"] = torch.cat([pt[i]["lse"][0] for pt in parts], dim=1)
+        if sink is not None:
+            dst["dsink"] = sum(pt[i]["dsink"] for pt in parts)
+    check_results(ours, ref, low, dtype)
+    if sink is not None:
+        assert_close("dsink", ours["dsink"], ref["dsink"], low["dsink"], torch.float32, 3.0,
+                     ref["dsink"].abs().max().item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_varlen_wrong_max_seqlen(device):
+    """max_seqlen_q / k below the real lengths (wrong metadata): blocks past the mask keep
+    nothing; no out-of-bounds access, finite results both ways."""
+    lens_q, lens_k = [130, 70], [150, 20]
+    cu_q, cu_k = _cu(lens_q, device), _cu(lens_k, device)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q = rand([200, 2, 32], dtype, device).requires_grad_()
+    k, v = (rand([170, 2, 32], dtype, device).requires_grad_() for _ in range(2))
+    mask = torch.ones(2, 2, 1, 1, dtype=torch.bool, device=device)
+    out = flashattn.block_sparse_attn_varlen_func(q, k, v, cu_q, cu_k, 64, 64, mask, (64, 64))
+    assert torch.isfinite(out).all() and (out[64:130] == 0).all()
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_varlen_opcheck_and_compile(device):
+    ops = torch.ops.flashattn
+    lens = [37, 0, 70]
+    cu = _cu(lens, device)
+    q, k, v = (rand([107, 2, 16], torch.float32 if device == "cpu" else torch.bfloat16, device)
+               for _ in range(3))
+    sparse = flashattn.interface._block_sparse_args(
+        make_mask("half", (3, 1, 2, 3), device), 64, 32)
+    opts = (0.25, True, -1, 0, 0.0, None)
+    meta = (cu, cu, 70, 70)
+    torch.library.opcheck(ops.varlen_fwd.default, (q, k, v, *meta, *opts), sparse)
+    out, lse = ops.varlen_fwd(q, k, v, *meta, *opts, **sparse)
+    torch.library.opcheck(ops.varlen_bwd.default,
+                          (torch.randn_like(out), q, k, v, out, lse, *meta, *opts, False), sparse)
+    mask = make_mask("half", (3, 2, 2, 3), device)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+
+    def f(q, k, v):
+        return flashattn.block_sparse_attn_varlen_func(q, k, v, cu, cu, 70, 70, mask, (64, 32),
+                                                       causal=True).square().sum()
+
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    want = f(q, k, v)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(torch.autograd.grad(got, (q, k, v)), torch.autograd.grad(want, (q, k, v))):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)

@@ -105,11 +105,11 @@ void check_block_pair(const Tensor& num, const char* nn, const Tensor& idx, cons
 }
 
 // Block-sparse arguments (schema.h). backward: the transposed view is needed too.
-void check_block_sparse(const Options& opt, const Problem& pb, const Tensor& q, bool backward) {
+void check_block_sparse(const Options& opt, const Problem& pb, const Tensor& q, bool backward,
+                        bool paged) {
   const bool any = opt.kv_num_blocks || opt.kv_indices || opt.q_num_blocks || opt.q_indices;
   if (!any) return;
-  FLASHATTN_CHECK(!pb.varlen, "block-sparse attention takes the padded layout only (no "
-                  "cu_seqlens)");
+  FLASHATTN_CHECK(!paged, "block-sparse attention does not take block_table (paged KV)");
   if (!q.is_cpu()) fail_cuda_block_sparse();
   FLASHATTN_CHECK(opt.kv_num_blocks.has_value() == opt.kv_indices.has_value(),
                   "kv_num_blocks and kv_indices must be given together");
@@ -393,7 +393,7 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
                      const KvCache* kv = nullptr) {
   check_options(opt, pb, q);
   check_features(opt, pb, q, /*need_rng=*/true);
-  check_block_sparse(opt, pb, q, /*backward=*/false);
+  check_block_sparse(opt, pb, q, /*backward=*/false, /*paged=*/kv != nullptr);
   auto [out, lse] = new_outputs(pb, q);
   if (pb.total_q == 0) return {out, lse};
   // No visible key (paged: no page); with a sink the kernels write lse = sink.
@@ -413,7 +413,7 @@ Tensors4 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tenso
                       const Tensor* cu_q, const Tensor* cu_k) {
   check_options(opt, pb, q);
   check_features(opt, pb, q, /*need_rng=*/true);
-  check_block_sparse(opt, pb, q, /*backward=*/true);
+  check_block_sparse(opt, pb, q, /*backward=*/true, /*paged=*/false);
   const std::vector<int64_t> o_shape =
       pb.varlen ? std::vector<int64_t>{pb.total_q, pb.nheads, pb.headdim_v}
                 : std::vector<int64_t>{pb.batch, pb.seqlen_q, pb.nheads, pb.headdim_v};
@@ -557,7 +557,10 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
                     int64_t window_left, int64_t window_right, double softcap,
                     std::optional<Tensor> alibi_slopes, bool deterministic,
                     std::optional<Tensor> block_table, double dropout_p,
-                    std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink) {
+                    std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink,
+                    std::optional<Tensor> kv_num_blocks, std::optional<Tensor> kv_indices,
+                    std::optional<Tensor> q_num_blocks, std::optional<Tensor> q_indices,
+                    int64_t block_size_m, int64_t block_size_n) {
   KvCache kv;
   const Tensor* bt = block_table ? &*block_table : nullptr;
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bt,
@@ -565,6 +568,9 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), deterministic),
                               dropout_p, std::move(rng_state), std::move(learnable_sink));
+  opt = with_block_mask(std::move(opt), std::move(kv_num_blocks), std::move(kv_indices),
+                        std::move(q_num_blocks), std::move(q_indices), block_size_m,
+                        block_size_n);
   return run_forward(q, k, v, pb, opt, &cu_seqlens_q, &cu_seqlens_k, bt ? &kv : nullptr);
 }
 
@@ -573,11 +579,17 @@ Tensors4 varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tenso
                     int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                     int64_t window_right, double softcap, std::optional<Tensor> alibi_slopes,
                     bool deterministic, double dropout_p, std::optional<Tensor> rng_state,
-                    std::optional<Tensor> learnable_sink) {
+                    std::optional<Tensor> learnable_sink, std::optional<Tensor> kv_num_blocks,
+                    std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
+                    std::optional<Tensor> q_indices, int64_t block_size_m,
+                    int64_t block_size_n) {
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), deterministic),
                               dropout_p, std::move(rng_state), std::move(learnable_sink));
+  opt = with_block_mask(std::move(opt), std::move(kv_num_blocks), std::move(kv_indices),
+                        std::move(q_num_blocks), std::move(q_indices), block_size_m,
+                        block_size_n);
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, &cu_seqlens_q, &cu_seqlens_k);
 }
 

@@ -124,11 +124,11 @@ struct FwdParams {
   // Split-KV decoding: the number of key splits, 0 = the backend chooses (num_splits).
   int32_t num_splits = 0;
 
-  // Block-sparse attention (issue 16; kv_num_blocks != nullptr = on; padded layout only). The
-  // score matrix of each sequence is tiled block_m x block_n: query block qb holds rows
-  // [qb * block_m, + block_m), key block kb columns [kb * block_n, + block_n), the last of
-  // each ending at seqlen_q / seqlen_k; n_qblocks = ceil(seqlen_q / block_m), n_kblocks =
-  // ceil(seqlen_k / block_n). Query head h of batch b in query block qb keeps key blocks
+  // Block-sparse attention (issue 16; kv_num_blocks != nullptr = on; no paged KV). The
+  // score matrix of each sequence is tiled block_m x block_n: query block qb holds its rows
+  // [qb * block_m, + block_m), key block kb its columns [kb * block_n, + block_n), the last of
+  // each ending at the sequence's length; n_qblocks = ceil(seqlen_q / block_m), n_kblocks =
+  // ceil(seqlen_k / block_n) (varlen: of max_seqlen_q / k; blocks past them keep nothing). Query head h of batch b in query block qb keeps key blocks
   //   kv_indices[c * n_kblocks + t], t < kv_num_blocks[c],
   //   c = b * bs_batch_stride + h * bs_head_stride + qb   (strides 0 where the mask broadcasts)
   // and every other tile is dropped: its (i, j) are not visible. Inside a kept tile causal /

@@ -167,8 +167,11 @@ struct BwdKernel {
           query_range(q_begin, q_end_all);
         } else {
           // Block-sparse: this tile is key block j0 / bn (bn = block_n); its kept query blocks.
+          // Past n_kblocks (varlen keys past max_seqlen_k: wrong metadata): no query block.
           const int64_t c = b * p.bs_t_batch_stride + h * p.bs_t_head_stride + j0 / bn;
-          const int cnt = static_cast<int>(clamp_i64(p.q_num_blocks[c], 0, p.n_qblocks));
+          const int cnt = j0 / bn < p.n_kblocks
+                              ? static_cast<int>(clamp_i64(p.q_num_blocks[c], 0, p.n_qblocks))
+                              : 0;
           for (int t = 0; t < cnt; ++t) {
             const int64_t qb = clamp_i64(p.q_indices[c * p.n_qblocks + t], 0, p.n_qblocks - 1);
             const int lo = static_cast<int>(qb * p.block_m), hi = lo + p.block_m;

@@ -131,8 +131,11 @@ struct FwdKernel {
     if (p.kv_num_blocks == nullptr) {
       key_range(n_begin, n_end_all);
     } else {
-      const int64_t c = b * p.bs_batch_stride + h * p.bs_head_stride + i0 / p.block_m;
-      const int cnt = static_cast<int>(clamp_i64(p.kv_num_blocks[c], 0, p.n_kblocks));
+      // A query block past n_qblocks (varlen rows past max_seqlen_q: wrong metadata) keeps none.
+      const int qb = i0 / p.block_m;
+      const int64_t c = b * p.bs_batch_stride + h * p.bs_head_stride + qb;
+      const int cnt = qb < p.n_qblocks ? static_cast<int>(clamp_i64(p.kv_num_blocks[c], 0,
+                                                                    p.n_kblocks)) : 0;
       for (int t = 0; t < cnt; ++t) {
         const int64_t kb = clamp_i64(p.kv_indices[c * p.n_kblocks + t], 0, p.n_kblocks - 1);
         const int lo = static_cast<int>(kb * p.block_n), hi = lo + p.block_n;
