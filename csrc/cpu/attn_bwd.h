@@ -5,6 +5,8 @@
 //      dV += P^T dO, dP = dO V^T, dS = P (dP - D), dK += dS^T Q, and dQ += dS K into split
 //      g's fp32 copy of dQ in the workspace (each copy has one writer: no races);
 //   3. dq = sum over the G copies in a fixed order, rounded once.
+// Block-sparse (q_num_blocks set): the key tiles are the key blocks, each walks only the query
+// blocks that keep it (params.h), and one that none keeps is not read (dK = dV = 0).
 // Deterministic for any thread count. Included inside namespace
 // flashattn::cpu::FLASHATTN_CPU_ISA after scores.h.
 
@@ -42,6 +44,14 @@ struct BwdKernel {
         acc = sfma(Elem<kDt>::load(dor[c]), Elem<kDt>::load(orow[c]), acc);
       dsum[i] = acc;
     }
+  }
+
+  // Block-sparse: whether some query head h0 .. h0 + group - 1 of batch b keeps key block kb.
+  static bool key_block_kept(const BwdParams& p, int b, int h0, int group, int kb) {
+    if (kb >= p.n_kblocks) return false;
+    for (int h = h0; h < h0 + group; ++h)
+      if (p.q_num_blocks[b * p.bs_t_batch_stride + h * p.bs_t_head_stride + kb] > 0) return true;
+    return false;
   }
 
   // Key tiles split, split + n_splits, ... (bn keys each) of (b, hk).
@@ -84,6 +94,15 @@ struct BwdKernel {
     for (int j0 = split * bn; j0 < seq.seqlen_k; j0 += n_splits * bn) {
       const int n = seq.seqlen_k - j0 < bn ? seq.seqlen_k - j0 : bn;
       const int nc = round_up(n, kW);
+      if (p.q_num_blocks && !key_block_kept(p, b, hk * group, group, j0 / bn)) {
+        // Block-sparse: no query head of the group keeps this key block: dK = dV = 0, unread.
+        const float zeros[kMaxHeadDim] = {};
+        for (int j = 0; j < n; ++j) {
+          store_row<kDt>(zeros, d, 1.f, dk + int64_t(j0 + j) * p.dk_row_stride);
+          store_row<kDt>(zeros, dv, 1.f, dvg + int64_t(j0 + j) * p.dv_row_stride);
+        }
+        continue;
+      }
       for (int j = 0; j < n; ++j) {
         load_row_vec<kDt>(k + int64_t(j0 + j) * p.k_row_stride, d, dp, kn + j * dp);
         for (int c = 0; c < d; ++c) kt[c * bn + j] = kn[j * dp + c];

@@ -1,7 +1,8 @@
 // Forward of the CPU backend: one task = (batch, head, bm query rows, see fwd_block_m); it
 // streams the key tiles (kFwdBlockN columns) its rows can see with an online softmax, as the
 // GPU kernels do. Keys come from the KV batch and row range of seq_info (KV cache) or
-// through the block table (paged).
+// through the block table (paged). Block-sparse (kv_num_blocks set): a task is one query
+// block, and it streams only the kept key blocks' part of its visible keys (params.h).
 // Included inside namespace flashattn::cpu::FLASHATTN_CPU_ISA after scores.h.
 
 template <DType kDt>
