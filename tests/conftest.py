@@ -28,7 +28,8 @@ non-contiguous), test_opcheck, test_compile, test_bad_input, test_bad_metadata,
 test_stable_abi, test_torch_version (the import-time check of torch against the build),
 test_kvcache (flash_attn_with_kvcache and paged KV against the reference), test_kvcache_edges
 (its wrong metadata, argument errors, compile, opcheck), test_cuda (CUDA-only extras),
-test_dropout and test_sinks (issue 15: dropout, attention sinks), test_backend (the backend
+test_dropout and test_sinks (issue 15: dropout, attention sinks), test_block_sparse (issue 16:
+block-sparse attention, CPU; CUDA raises "not built yet (issue 16)"), test_backend (the backend
 choice, the sm90 forward, these rules), test_build_archs (setup's arch-list rules), test_bench_* (the benchmark).
 """
 import logging
@@ -70,10 +71,12 @@ def seed(request):
 # The message of the error raised under FLASHATTN_FORCE_BACKEND=sm90 (csrc/api/backend_choice.h).
 FORCED_SM90_MARK = "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call"
 # The error of a CUDA call with a feature whose CUDA kernels are not written yet (issue 15:
-# dropout, sinks, return_attn_probs' S; csrc/api/backend_choice.h). Such a case runs and
-# becomes a skip giving the error, a failure under FLASHATTN_REQUIRE_CUDA=1.
+# dropout, sinks, return_attn_probs' S; issue 16: block-sparse attention;
+# csrc/api/backend_choice.h). Such a case runs and becomes a skip giving the error, a failure
+# under FLASHATTN_REQUIRE_CUDA=1.
 NOT_BUILT_MARK = "is not built yet (issue 15)"
-NOT_BUILT_MARKS = (NOT_BUILT_MARK, "are not built yet (issue 15)")
+BLOCK_SPARSE_NOT_BUILT_MARK = "block-sparse attention on CUDA is not built yet (issue 16)"
+NOT_BUILT_MARKS = (NOT_BUILT_MARK, "are not built yet (issue 15)", BLOCK_SPARSE_NOT_BUILT_MARK)
 # Skip reasons that mean "this build or machine has no kernel for it" (flashattn's errors).
 MISSING_KERNEL_MARKS = ("this build has no", "left out of this build", "TORCH_CUDA_ARCH_LIST",
                         "needs a CUDA device", "do not run on compute capability",

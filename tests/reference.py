@@ -10,6 +10,8 @@ semantics of csrc/common/params.h:
     a row with no visible key: out = 0, lse = -inf
     learnable_sink: an extra key column of score sink_h (never masked) and value 0, so
         lse includes it and an empty row has out = 0, lse = sink_h
+    block_mask (issue 16): bool (B or 1, H or 1, ceil(sq / bm), ceil(sk / bn)), expanded to
+        elements (block_mask_elements) and and-ed into visible: a dropped tile is not visible
     dropout: out = (P * keep * dropout_scale) @ v, P and lse undropped; keep from
         dropout_keep_ref, a Philox4x32-10 written here from the paper (numpy), checked
         against Random123's known-answer vectors (tests/test_dropout.py)
@@ -38,6 +40,7 @@ __all__ = [
     "dropout_threshold_ref",
     "dropout_keep_ref",
     "ref_and_lowp_ext",
+    "block_mask_elements",
 ]
 
 
@@ -60,6 +63,12 @@ def visible_mask(sq, sk, window_left, window_right, device=None):
     if window_right >= 0:
         vis &= j <= c + window_right
     return vis
+
+
+def block_mask_elements(block_mask, block_size, sq, sk):
+    """Bool (B or 1, H or 1, sq, sk): the dense block mask expanded to its tiles' elements."""
+    bm, bn = block_size
+    return block_mask.repeat_interleave(bm, -2).repeat_interleave(bn, -1)[..., :sq, :sk]
 
 
 def alibi_bias(slopes, batch, nheads, sq, sk, device, dtype):
@@ -86,9 +95,12 @@ def attention_ref(
     learnable_sink=None,
     dropout_keep=None,
     dropout_scale=1.0,
+    block_mask=None,
+    block_size=(128, 128),
 ):
     """Padded layout. q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv); learnable_sink
-    (H,); dropout_keep bool (B, H, >= Sq, >= Sk) (the top-left block is used).
+    (H,); dropout_keep bool (B, H, >= Sq, >= Sk) (the top-left block is used); block_mask
+    dense bool (B or 1, H or 1, n_qblocks, n_kblocks) of block_size tiles.
 
     Returns out (B, Sq, H, dv) in compute_dtype and lse (B, H, Sq) in compute_dtype.
     Differentiable (autograd) in q, k, v.
@@ -110,6 +122,8 @@ def attention_ref(
     if alibi_slopes is not None:
         s = s + alibi_bias(alibi_slopes, B, H, sq, sk, s.device, compute_dtype)
     vis = visible_mask(sq, sk, wl, wr, device=s.device)
+    if block_mask is not None:
+        vis = vis & block_mask_elements(block_mask.to(s.device), block_size, sq, sk)
     s = s.masked_fill(~vis, float("-inf"))
     if learnable_sink is not None:  # the sink column, last
         sink = learnable_sink.to(compute_dtype).view(1, H, 1, 1).expand(B, H, sq, 1)

@@ -76,7 +76,14 @@ inline Backend sm80_or_fail(const char* what) {
 
 // Issue 15's features have a CPU backend and a contract (params.h) but no CUDA kernels yet:
 // a CUDA call with them raises, named, rather than run without them.
+// Issue 16's block-sparse attention likewise (CPU backend and contract only): never dense.
+[[noreturn]] inline void fail_cuda_block_sparse() {
+  fail("block-sparse attention on CUDA is not built yet (issue 16): the CUDA kernels take no "
+       "block mask; block-sparse attention runs on CPU tensors");
+}
+
 inline void check_cuda_has_features(const FwdParams& p) {
+  if (p.kv_num_blocks != nullptr) fail_cuda_block_sparse();
   if (p.dropout_threshold > 0)
     fail("dropout on CUDA is not built yet (issue 15): the CUDA kernels take dropout_p = 0 "
          "only (got ", p.dropout_p, "); dropout runs on CPU tensors");
@@ -137,6 +144,7 @@ inline Backend choose_fwd_kvcache(const FwdParams& p) {
 inline Backend choose_bwd(const BwdParams& p) {
   const Force force = forced_backend();  // a bad value raises here too
   check_cuda_has_features(p);
+  if (p.q_num_blocks != nullptr) fail_cuda_block_sparse();
 #ifdef FLASHATTN_DISABLE_BACKWARD
   (void)p;
   (void)force;

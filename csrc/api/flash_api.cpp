@@ -84,6 +84,58 @@ void check_features(const Options& opt, const Problem& pb, const Tensor& q, bool
   }
 }
 
+void check_int32_meta(const Tensor& t, const char* name, const Tensor& q);
+
+// One block-mask pair (schema.h): counts int32 (B or 1, H or 1, rows), indices int32 (B or 1,
+// H or 1, rows, cols) with the counts' first dimensions; contiguous, on q's device.
+void check_block_pair(const Tensor& num, const char* nn, const Tensor& idx, const char* in,
+                      const Tensor& q, const Problem& pb, int64_t rows, int64_t cols,
+                      const char* rows_what, const char* cols_what) {
+  check_int32_meta(num, nn, q);
+  check_int32_meta(idx, in, q);
+  const bool num_ok = num.dim() == 3 && (num.size(0) == pb.batch || num.size(0) == 1) &&
+                      (num.size(1) == pb.nheads || num.size(1) == 1) && num.size(2) == rows;
+  FLASHATTN_CHECK(num_ok, nn, " must have shape (batch or 1, nheads or 1, ", rows_what, ") = (",
+                  pb.batch, " or 1, ", pb.nheads, " or 1, ", rows, "), got ", shape_str(num));
+  const bool idx_ok = idx.dim() == 4 && idx.size(0) == num.size(0) &&
+                      idx.size(1) == num.size(1) && idx.size(2) == rows && idx.size(3) == cols;
+  FLASHATTN_CHECK(idx_ok, in, " must have shape (", num.size(0), ", ", num.size(1), ", ",
+                  rows_what, ", ", cols_what, ") = (", num.size(0), ", ", num.size(1), ", ",
+                  rows, ", ", cols, ") (", nn, "'s first dimensions), got ", shape_str(idx));
+}
+
+// Block-sparse arguments (schema.h). backward: the transposed view is needed too.
+void check_block_sparse(const Options& opt, const Problem& pb, const Tensor& q, bool backward,
+                        bool paged) {
+  const bool any = opt.kv_num_blocks || opt.kv_indices || opt.q_num_blocks || opt.q_indices;
+  if (!any) return;
+  FLASHATTN_CHECK(!paged, "block-sparse attention does not take block_table (paged KV)");
+  if (!q.is_cpu()) fail_cuda_block_sparse();
+  FLASHATTN_CHECK(opt.kv_num_blocks.has_value() == opt.kv_indices.has_value(),
+                  "kv_num_blocks and kv_indices must be given together");
+  FLASHATTN_CHECK(opt.q_num_blocks.has_value() == opt.q_indices.has_value(),
+                  "q_num_blocks and q_indices must be given together");
+  FLASHATTN_CHECK(opt.kv_num_blocks.has_value() && (!backward || opt.q_num_blocks.has_value()),
+                  backward ? "the block-sparse backward needs kv_num_blocks / kv_indices and "
+                             "their transposed view q_num_blocks / q_indices "
+                             "(block_sparse_attn_func builds it)"
+                           : "q_num_blocks / q_indices (the transposed view) need "
+                             "kv_num_blocks / kv_indices");
+  const auto check_bs = [](int64_t bs, const char* name) {
+    FLASHATTN_CHECK(bs >= 16 && bs <= 256 && bs % 16 == 0, name,
+                    " must be a multiple of 16 in [16, 256], got ", bs);
+  };
+  check_bs(opt.block_m, "block_size_m");
+  check_bs(opt.block_n, "block_size_n");
+  const int64_t nq = (pb.seqlen_q + opt.block_m - 1) / opt.block_m;
+  const int64_t nk = (pb.seqlen_k + opt.block_n - 1) / opt.block_n;
+  check_block_pair(*opt.kv_num_blocks, "kv_num_blocks", *opt.kv_indices, "kv_indices", q, pb,
+                   nq, nk, "ceil(seqlen_q / block_size_m)", "ceil(seqlen_k / block_size_n)");
+  if (opt.q_num_blocks)
+    check_block_pair(*opt.q_num_blocks, "q_num_blocks", *opt.q_indices, "q_indices", q, pb, nk,
+                     nq, "ceil(seqlen_k / block_size_n)", "ceil(seqlen_q / block_size_m)");
+}
+
 // q's dtype (float32 on CPU only) and device; k and v (named kn, vn) the same; every last
 // dimension contiguous.
 void check_dtypes(const Tensor& q, const Tensor& k, const char* kn, const Tensor& v,
@@ -306,6 +358,18 @@ Options with_features(Options opt, double dropout_p, std::optional<Tensor> rng_s
   return opt;
 }
 
+Options with_block_mask(Options opt, std::optional<Tensor> kv_num_blocks,
+                        std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
+                        std::optional<Tensor> q_indices, int64_t block_m, int64_t block_n) {
+  opt.kv_num_blocks = std::move(kv_num_blocks);
+  opt.kv_indices = std::move(kv_indices);
+  opt.q_num_blocks = std::move(q_num_blocks);
+  opt.q_indices = std::move(q_indices);
+  opt.block_m = block_m;
+  opt.block_n = block_n;
+  return opt;
+}
+
 // Fresh outputs: out (B, Sq, H, dv) / (total_q, H, dv) in q's dtype, lse (B, H, Sq) / (H, total_q).
 Tensors2 new_outputs(const Problem& pb, const Tensor& q) {
   Tensor out = pb.varlen ? new_empty({pb.total_q, pb.nheads, pb.headdim_v}, q.scalar_type(), q)
@@ -329,6 +393,7 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
                      const KvCache* kv = nullptr) {
   check_options(opt, pb, q);
   check_features(opt, pb, q, /*need_rng=*/true);
+  check_block_sparse(opt, pb, q, /*backward=*/false, /*paged=*/kv != nullptr);
   auto [out, lse] = new_outputs(pb, q);
   if (pb.total_q == 0) return {out, lse};
   // No visible key (paged: no page); with a sink the kernels write lse = sink.
@@ -348,6 +413,7 @@ Tensors4 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tenso
                       const Tensor* cu_q, const Tensor* cu_k) {
   check_options(opt, pb, q);
   check_features(opt, pb, q, /*need_rng=*/true);
+  check_block_sparse(opt, pb, q, /*backward=*/true, /*paged=*/false);
   const std::vector<int64_t> o_shape =
       pb.varlen ? std::vector<int64_t>{pb.total_q, pb.nheads, pb.headdim_v}
                 : std::vector<int64_t>{pb.batch, pb.seqlen_q, pb.nheads, pb.headdim_v};
@@ -396,11 +462,16 @@ Tensors4 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tenso
 Tensors2 fwd(Tensor q, Tensor k, Tensor v, double softmax_scale, bool causal, int64_t window_left,
              int64_t window_right, double softcap, std::optional<Tensor> alibi_slopes,
              bool deterministic, double dropout_p, std::optional<Tensor> rng_state,
-             std::optional<Tensor> learnable_sink) {
+             std::optional<Tensor> learnable_sink, std::optional<Tensor> kv_num_blocks,
+             std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
+             std::optional<Tensor> q_indices, int64_t block_size_m, int64_t block_size_n) {
   Problem pb = check_qkv(q, k, v, /*varlen=*/false);
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), deterministic),
                               dropout_p, std::move(rng_state), std::move(learnable_sink));
+  opt = with_block_mask(std::move(opt), std::move(kv_num_blocks), std::move(kv_indices),
+                        std::move(q_num_blocks), std::move(q_indices), block_size_m,
+                        block_size_n);
   return run_forward(q, k, v, pb, opt, nullptr, nullptr);
 }
 
@@ -408,11 +479,16 @@ Tensors4 bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softm
              double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
              double softcap, std::optional<Tensor> alibi_slopes, bool deterministic,
              double dropout_p, std::optional<Tensor> rng_state,
-             std::optional<Tensor> learnable_sink) {
+             std::optional<Tensor> learnable_sink, std::optional<Tensor> kv_num_blocks,
+             std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
+             std::optional<Tensor> q_indices, int64_t block_size_m, int64_t block_size_n) {
   Problem pb = check_qkv(q, k, v, /*varlen=*/false);
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), deterministic),
                               dropout_p, std::move(rng_state), std::move(learnable_sink));
+  opt = with_block_mask(std::move(opt), std::move(kv_num_blocks), std::move(kv_indices),
+                        std::move(q_num_blocks), std::move(q_indices), block_size_m,
+                        block_size_n);
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, nullptr, nullptr);
 }
 
@@ -481,7 +557,10 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
                     int64_t window_left, int64_t window_right, double softcap,
                     std::optional<Tensor> alibi_slopes, bool deterministic,
                     std::optional<Tensor> block_table, double dropout_p,
-                    std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink) {
+                    std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink,
+                    std::optional<Tensor> kv_num_blocks, std::optional<Tensor> kv_indices,
+                    std::optional<Tensor> q_num_blocks, std::optional<Tensor> q_indices,
+                    int64_t block_size_m, int64_t block_size_n) {
   KvCache kv;
   const Tensor* bt = block_table ? &*block_table : nullptr;
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bt,
@@ -489,6 +568,9 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), deterministic),
                               dropout_p, std::move(rng_state), std::move(learnable_sink));
+  opt = with_block_mask(std::move(opt), std::move(kv_num_blocks), std::move(kv_indices),
+                        std::move(q_num_blocks), std::move(q_indices), block_size_m,
+                        block_size_n);
   return run_forward(q, k, v, pb, opt, &cu_seqlens_q, &cu_seqlens_k, bt ? &kv : nullptr);
 }
 
@@ -497,11 +579,17 @@ Tensors4 varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tenso
                     int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                     int64_t window_right, double softcap, std::optional<Tensor> alibi_slopes,
                     bool deterministic, double dropout_p, std::optional<Tensor> rng_state,
-                    std::optional<Tensor> learnable_sink) {
+                    std::optional<Tensor> learnable_sink, std::optional<Tensor> kv_num_blocks,
+                    std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
+                    std::optional<Tensor> q_indices, int64_t block_size_m,
+                    int64_t block_size_n) {
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), deterministic),
                               dropout_p, std::move(rng_state), std::move(learnable_sink));
+  opt = with_block_mask(std::move(opt), std::move(kv_num_blocks), std::move(kv_indices),
+                        std::move(q_num_blocks), std::move(q_indices), block_size_m,
+                        block_size_n);
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, &cu_seqlens_q, &cu_seqlens_k);
 }
 

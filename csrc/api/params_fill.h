@@ -21,7 +21,17 @@ struct Options {
   double dropout_p = 0.0;
   std::optional<Tensor> rng_state;
   std::optional<Tensor> learnable_sink;
+  // Block-sparse (params.h, schema.h); set by with_block_mask (flash_api.cpp), checked there.
+  std::optional<Tensor> kv_num_blocks, kv_indices, q_num_blocks, q_indices;
+  int64_t block_m = 128, block_n = 128;
 };
+
+// Batch / head strides of a (B or 1, H or 1, ...) block-mask count tensor, 0 where it
+// broadcasts; the index tensor is the count tensor's layout times its last dimension.
+inline void block_mask_strides(const Tensor& num, int64_t& batch_stride, int64_t& head_stride) {
+  batch_stride = num.size(0) == 1 ? 0 : num.size(1) * num.size(2);
+  head_stride = num.size(1) == 1 ? 0 : num.size(2);
+}
 
 // Sizes read from validated inputs. Padded: q (B, Sq, H, d). Varlen: q (total_q, H, d).
 struct Problem {
@@ -112,6 +122,15 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
   p.dropout_scale = 256.f / static_cast<float>(256 - p.dropout_threshold);
   if (opt.rng_state.has_value())
     p.rng_state = static_cast<const int64_t*>(opt.rng_state->data_ptr());
+  p.block_m = static_cast<int32_t>(opt.block_m);
+  p.block_n = static_cast<int32_t>(opt.block_n);
+  p.n_qblocks = static_cast<int32_t>((pb.seqlen_q + opt.block_m - 1) / opt.block_m);
+  p.n_kblocks = static_cast<int32_t>((pb.seqlen_k + opt.block_n - 1) / opt.block_n);
+  if (opt.kv_num_blocks.has_value()) {
+    p.kv_num_blocks = static_cast<const int32_t*>(opt.kv_num_blocks->data_ptr());
+    p.kv_indices = static_cast<const int32_t*>(opt.kv_indices->data_ptr());
+    block_mask_strides(*opt.kv_num_blocks, p.bs_batch_stride, p.bs_head_stride);
+  }
 }
 
 inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout, const Tensor& q,
@@ -120,6 +139,11 @@ inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout,
                             const Tensor& dv, const Tensor& dsoftmax_sum, const Tensor* dsink,
                             const Options& opt, const Tensor* cu_q, const Tensor* cu_k) {
   fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
+  if (opt.q_num_blocks.has_value()) {
+    p.q_num_blocks = static_cast<const int32_t*>(opt.q_num_blocks->data_ptr());
+    p.q_indices = static_cast<const int32_t*>(opt.q_indices->data_ptr());
+    block_mask_strides(*opt.q_num_blocks, p.bs_t_batch_stride, p.bs_t_head_stride);
+  }
   p.do_ptr = dout.data_ptr();
   auto sdo = strides_of(dout), sdq = strides_of(dq), sdk = strides_of(dk),
        sdv = strides_of(dv);

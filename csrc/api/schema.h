@@ -12,12 +12,21 @@ namespace flashattn::api {
 // the backward regenerates the forward's mask); learnable_sink fp32 (nheads,) or None. The
 // backwards return dsink fp32 (nheads,) as a fourth output (an empty (0,) tensor without a
 // sink).
+// Block-sparse attention (params.h, issue 16), the same six arguments in the four attention
+// ops (varlen: the blocks of each sequence, Sq / Sk = max_seqlen_q / k; no block_table):
+// kv_num_blocks int32 (B or 1, H or 1, nq), kv_indices int32 (B or 1, H or 1, nq,
+// nk) with nq = ceil(Sq / block_size_m), nk = ceil(Sk / block_size_n); q_num_blocks (.., nk)
+// and q_indices (.., nk, nq) their transposed view, which only the backward reads (the forward
+// takes it so that autograd hands it on; block_sparse_attn_func builds both on the device).
+// Block sizes: multiples of 16 in [16, 256]. All None = dense.
 // Padded layout: q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv).
 // Returns out (B, Sq, H, dv) in q's dtype and softmax_lse (B, H, Sq) fp32.
 inline constexpr const char* kFwdSchema =
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
     "int window_right, float softcap, Tensor? alibi_slopes, bool deterministic=False, "
-    "float dropout_p=0.0, Tensor? rng_state=None, Tensor? learnable_sink=None) "
+    "float dropout_p=0.0, Tensor? rng_state=None, Tensor? learnable_sink=None, "
+    "Tensor? kv_num_blocks=None, Tensor? kv_indices=None, Tensor? q_num_blocks=None, "
+    "Tensor? q_indices=None, int block_size_m=128, int block_size_n=128) "
     "-> (Tensor out, Tensor softmax_lse)";
 
 // Returns dq, dk, dv with the shapes and dtype of q, k, v (fresh contiguous tensors), dsink.
@@ -25,7 +34,9 @@ inline constexpr const char* kBwdSchema =
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
     "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
     "Tensor? alibi_slopes, bool deterministic, float dropout_p=0.0, Tensor? rng_state=None, "
-    "Tensor? learnable_sink=None) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
+    "Tensor? learnable_sink=None, Tensor? kv_num_blocks=None, Tensor? kv_indices=None, "
+    "Tensor? q_num_blocks=None, Tensor? q_indices=None, int block_size_m=128, "
+    "int block_size_n=128) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
 
 // Varlen layout: q (total_q, H, d), k (total_k, Hk, d), v (total_k, Hk, dv),
 // cu_seqlens_q/k int32 (B + 1). Returns out (total_q, H, dv), softmax_lse (H, total_q) fp32.
@@ -37,14 +48,18 @@ inline constexpr const char* kVarlenFwdSchema =
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
     "int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
     "bool deterministic=False, Tensor? block_table=None, float dropout_p=0.0, "
-    "Tensor? rng_state=None, Tensor? learnable_sink=None) -> (Tensor out, Tensor softmax_lse)";
+    "Tensor? rng_state=None, Tensor? learnable_sink=None, Tensor? kv_num_blocks=None, "
+    "Tensor? kv_indices=None, Tensor? q_num_blocks=None, Tensor? q_indices=None, "
+    "int block_size_m=128, int block_size_n=128) -> (Tensor out, Tensor softmax_lse)";
 
 inline constexpr const char* kVarlenBwdSchema =
     "varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
     "Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, "
     "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
     "Tensor? alibi_slopes, bool deterministic, float dropout_p=0.0, Tensor? rng_state=None, "
-    "Tensor? learnable_sink=None) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
+    "Tensor? learnable_sink=None, Tensor? kv_num_blocks=None, Tensor? kv_indices=None, "
+    "Tensor? q_num_blocks=None, Tensor? q_indices=None, int block_size_m=128, "
+    "int block_size_n=128) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
 
 // return_attn_probs: S (params.h) of a forward that returned softmax_lse, from the same inputs:
 // (B, H, round128(Sq), round128(Sk)) in q's dtype, varlen (B, H, round128(max_seqlen_q),

@@ -124,6 +124,23 @@ struct FwdParams {
   // Split-KV decoding: the number of key splits, 0 = the backend chooses (num_splits).
   int32_t num_splits = 0;
 
+  // Block-sparse attention (issue 16; kv_num_blocks != nullptr = on; no paged KV). The
+  // score matrix of each sequence is tiled block_m x block_n: query block qb holds its rows
+  // [qb * block_m, + block_m), key block kb its columns [kb * block_n, + block_n), the last of
+  // each ending at the sequence's length; n_qblocks = ceil(seqlen_q / block_m), n_kblocks =
+  // ceil(seqlen_k / block_n) (varlen: of max_seqlen_q / k; blocks past them keep nothing). Query head h of batch b in query block qb keeps key blocks
+  //   kv_indices[c * n_kblocks + t], t < kv_num_blocks[c],
+  //   c = b * bs_batch_stride + h * bs_head_stride + qb   (strides 0 where the mask broadcasts)
+  // and every other tile is dropped: its (i, j) are not visible. Inside a kept tile causal /
+  // window mask as above. Untrusted (int32 on q's device): counts are clamped to [0, n_kblocks],
+  // indices to [0, n_kblocks); a repeated index counts twice (wrong numbers, never OOB). A row
+  // whose tiles are all dropped sees no key: out 0, lse -inf (sink_h with a sink, as above).
+  // Dropout's Z_ij is unchanged (a function of the global (i, j)), dropped tiles have P = 0.
+  const int32_t* kv_num_blocks = nullptr;
+  const int32_t* kv_indices = nullptr;
+  int64_t bs_batch_stride = 0, bs_head_stride = 0;
+  int32_t block_m = 0, block_n = 0, n_qblocks = 0, n_kblocks = 0;
+
   // Backend-owned workspace, allocated zeroed through torch by the API layer with the
   // element counts the backend's *_workspace() asked for. Layout is the backend's.
   float* workspace_f32 = nullptr;
@@ -186,6 +203,15 @@ struct BwdParams : FwdParams {
 
   // The workspace (FwdParams) holds the backend's bwd_workspace() request.
   bool deterministic = false;
+
+  // Block-sparse backward (q_num_blocks != nullptr = on): the transposed view of the forward's
+  // kv_num_blocks / kv_indices (FwdParams, which the backward does not read), built by the API
+  // on the device: key block kb of (b, h) is kept by query blocks q_indices[c * n_qblocks + t],
+  // t < q_num_blocks[c], c = b * bs_t_batch_stride + h * bs_t_head_stride + kb; clamped as above
+  // (counts to [0, n_qblocks], indices to [0, n_qblocks)). Same block_m / block_n.
+  const int32_t* q_num_blocks = nullptr;
+  const int32_t* q_indices = nullptr;
+  int64_t bs_t_batch_stride = 0, bs_t_head_stride = 0;
 };
 
 struct WorkspaceSizes {

@@ -5,6 +5,8 @@
 //      dV += P^T dO, dP = dO V^T, dS = P (dP - D), dK += dS^T Q, and dQ += dS K into split
 //      g's fp32 copy of dQ in the workspace (each copy has one writer: no races);
 //   3. dq = sum over the G copies in a fixed order, rounded once.
+// Block-sparse (q_num_blocks set): the key tiles are the key blocks, each walks only the query
+// blocks that keep it (params.h), and one that none keeps is not read (dK = dV = 0).
 // Deterministic for any thread count. Included inside namespace
 // flashattn::cpu::FLASHATTN_CPU_ISA after scores.h.
 
@@ -42,6 +44,14 @@ struct BwdKernel {
         acc = sfma(Elem<kDt>::load(dor[c]), Elem<kDt>::load(orow[c]), acc);
       dsum[i] = acc;
     }
+  }
+
+  // Block-sparse: whether some query head h0 .. h0 + group - 1 of batch b keeps key block kb.
+  static bool key_block_kept(const BwdParams& p, int b, int h0, int group, int kb) {
+    if (kb >= p.n_kblocks) return false;
+    for (int h = h0; h < h0 + group; ++h)
+      if (p.q_num_blocks[b * p.bs_t_batch_stride + h * p.bs_t_head_stride + kb] > 0) return true;
+    return false;
   }
 
   // Key tiles split, split + n_splits, ... (bn keys each) of (b, hk).
@@ -84,6 +94,15 @@ struct BwdKernel {
     for (int j0 = split * bn; j0 < seq.seqlen_k; j0 += n_splits * bn) {
       const int n = seq.seqlen_k - j0 < bn ? seq.seqlen_k - j0 : bn;
       const int nc = round_up(n, kW);
+      if (p.q_num_blocks && !key_block_kept(p, b, hk * group, group, j0 / bn)) {
+        // Block-sparse: no query head of the group keeps this key block: dK = dV = 0, unread.
+        const float zeros[kMaxHeadDim] = {};
+        for (int j = 0; j < n; ++j) {
+          store_row<kDt>(zeros, d, 1.f, dk + int64_t(j0 + j) * p.dk_row_stride);
+          store_row<kDt>(zeros, dv, 1.f, dvg + int64_t(j0 + j) * p.dv_row_stride);
+        }
+        continue;
+      }
       for (int j = 0; j < n; ++j) {
         load_row_vec<kDt>(k + int64_t(j0 + j) * p.k_row_stride, d, dp, kn + j * dp);
         for (int c = 0; c < d; ++c) kt[c * bn + j] = kn[j * dp + c];
@@ -97,7 +116,7 @@ struct BwdKernel {
       for (int64_t x = 0; x < int64_t(n) * dvp; ++x) dv_acc[x] = 0.f;
 
       // Query rows that see some key of this tile.
-      const int q_begin = mi.query_begin(j0), q_end = mi.query_end(j0 + n - 1);
+      const int q_begin = mi.query_begin(j0), q_end_all = mi.query_end(j0 + n - 1);
       for (int hh = 0; hh < group; ++hh) {
         const int h = hk * group + hh;
         const float slope = alibi_slope(p, b, h);
@@ -106,60 +125,77 @@ struct BwdKernel {
         const T* dout = static_cast<const T*>(p.do_ptr) + b * p.do_batch_stride +
                         seq.q_row0 * p.do_row_stride + h * p.do_head_stride;
         const int64_t lse_off = b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0;
-        for (int i0 = q_begin; i0 < q_end; i0 += kBM) {
-          const int m = q_end - i0 < kBM ? q_end - i0 : kBM;
-          if (i0 + kBM < q_end) {
-            const int m_next = q_end - i0 - kBM < kBM ? q_end - i0 - kBM : kBM;
-            prefetch_rows(q + int64_t(i0 + kBM) * p.q_row_stride, p.q_row_stride * sizeof(T),
-                          m_next, d * sizeof(T));
-            prefetch_rows(dout + int64_t(i0 + kBM) * p.do_row_stride,
-                          p.do_row_stride * sizeof(T), m_next, dv * sizeof(T));
-          }
-          for (int i = 0; i < m; ++i) {
-            load_row_vec<kDt>(q + int64_t(i0 + i) * p.q_row_stride, d, dp, qs + i * dp);
-            load_row_vec<kDt>(dout + int64_t(i0 + i) * p.do_row_stride, dv, dvp, dos + i * dvp);
-            // lse = -inf (no visible key) -> +inf, so that P = exp2(s - inf) = 0.
-            const float l = p.lse_ptr[lse_off + i0 + i];
-            lse[i] = l == -__builtin_inff() ? __builtin_inff() : l;
-            dsum[i] = p.dsoftmax_sum[lse_off + i0 + i];
-          }
-          gemm<false>(m, nc, d, qs, dp, 1, kt, bn, ps, bn);
-          scores_log2(p, mi, slope, i0, j0, m, n, nc, ps, bn, lse, dtanh);
-          for (int i = 0; i < m; ++i) {
-            float* pr = ps + i * bn;
-            for (int j = 0; j < nc; j += kW) vstore(pr + j, vexp2(vload(pr + j)));
-          }
-          if (drop) {
-            // dV takes the dropped, rescaled P (built in ds, free until dP), dP = Z dP scale.
+        auto query_range = [&](const int q_lo, const int q_end) {
+          for (int i0 = q_lo; i0 < q_end; i0 += kBM) {
+            const int m = q_end - i0 < kBM ? q_end - i0 : kBM;
+            if (i0 + kBM < q_end) {
+              const int m_next = q_end - i0 - kBM < kBM ? q_end - i0 - kBM : kBM;
+              prefetch_rows(q + int64_t(i0 + kBM) * p.q_row_stride, p.q_row_stride * sizeof(T),
+                            m_next, d * sizeof(T));
+              prefetch_rows(dout + int64_t(i0 + kBM) * p.do_row_stride,
+                            p.do_row_stride * sizeof(T), m_next, dv * sizeof(T));
+            }
             for (int i = 0; i < m; ++i) {
-              for (int j = 0; j < nc; ++j) ds[i * bn + j] = ps[i * bn + j];
-              dropout_row(p, b, h, i0 + i, j0, n, p.dropout_scale, 0.f, ds + i * bn);
+              load_row_vec<kDt>(q + int64_t(i0 + i) * p.q_row_stride, d, dp, qs + i * dp);
+              load_row_vec<kDt>(dout + int64_t(i0 + i) * p.do_row_stride, dv, dvp, dos + i * dvp);
+              // lse = -inf (no visible key) -> +inf, so that P = exp2(s - inf) = 0.
+              const float l = p.lse_ptr[lse_off + i0 + i];
+              lse[i] = l == -__builtin_inff() ? __builtin_inff() : l;
+              dsum[i] = p.dsoftmax_sum[lse_off + i0 + i];
             }
-            gemm<true>(n, dvp, m, ds, 1, bn, dos, dvp, dv_acc, dvp);
-          } else {
-            gemm<true>(n, dvp, m, ps, 1, bn, dos, dvp, dv_acc, dvp);
-          }
-          gemm<false>(m, nc, dv, dos, dvp, 1, vt, bn, ds, bn);
-          if (drop)
-            for (int i = 0; i < m; ++i)
-              dropout_row(p, b, h, i0 + i, j0, n, p.dropout_scale, 0.f, ds + i * bn);
-          for (int i = 0; i < m; ++i) {
-            const vf di = vbcast(dsum[i]), sc = vbcast(scale);
-            const float* pr = ps + i * bn;
-            float* dr = ds + i * bn;
-            if (has_softcap) {
-              const float* tr = dtanh + i * bn;
-              for (int j = 0; j < nc; j += kW)
-                vstore(dr + j, vload(pr + j) * (vload(dr + j) - di) * vload(tr + j) * sc);
+            gemm<false>(m, nc, d, qs, dp, 1, kt, bn, ps, bn);
+            scores_log2(p, mi, slope, i0, j0, m, n, nc, ps, bn, lse, dtanh);
+            for (int i = 0; i < m; ++i) {
+              float* pr = ps + i * bn;
+              for (int j = 0; j < nc; j += kW) vstore(pr + j, vexp2(vload(pr + j)));
+            }
+            if (drop) {
+              // dV takes the dropped, rescaled P (built in ds, free until dP), dP = Z dP scale.
+              for (int i = 0; i < m; ++i) {
+                for (int j = 0; j < nc; ++j) ds[i * bn + j] = ps[i * bn + j];
+                dropout_row(p, b, h, i0 + i, j0, n, p.dropout_scale, 0.f, ds + i * bn);
+              }
+              gemm<true>(n, dvp, m, ds, 1, bn, dos, dvp, dv_acc, dvp);
             } else {
-              for (int j = 0; j < nc; j += kW)
-                vstore(dr + j, vload(pr + j) * (vload(dr + j) - di) * sc);
+              gemm<true>(n, dvp, m, ps, 1, bn, dos, dvp, dv_acc, dvp);
             }
+            gemm<false>(m, nc, dv, dos, dvp, 1, vt, bn, ds, bn);
+            if (drop)
+              for (int i = 0; i < m; ++i)
+                dropout_row(p, b, h, i0 + i, j0, n, p.dropout_scale, 0.f, ds + i * bn);
+            for (int i = 0; i < m; ++i) {
+              const vf di = vbcast(dsum[i]), sc = vbcast(scale);
+              const float* pr = ps + i * bn;
+              float* dr = ds + i * bn;
+              if (has_softcap) {
+                const float* tr = dtanh + i * bn;
+                for (int j = 0; j < nc; j += kW)
+                  vstore(dr + j, vload(pr + j) * (vload(dr + j) - di) * vload(tr + j) * sc);
+              } else {
+                for (int j = 0; j < nc; j += kW)
+                  vstore(dr + j, vload(pr + j) * (vload(dr + j) - di) * sc);
+              }
+            }
+            gemm<true>(n, dp, m, ds, 1, bn, qs, dp, dk_acc, dp);
+            float* dq_ws = p.workspace_f32 +
+                           ((int64_t(split) * p.total_q + ws_row0 + i0) * p.nheads + h) * dp;
+            gemm<true>(m, dp, n, ds, bn, 1, kn, dp, dq_ws, ws_ld);
           }
-          gemm<true>(n, dp, m, ds, 1, bn, qs, dp, dk_acc, dp);
-          float* dq_ws = p.workspace_f32 +
-                         ((int64_t(split) * p.total_q + ws_row0 + i0) * p.nheads + h) * dp;
-          gemm<true>(m, dp, n, ds, bn, 1, kn, dp, dq_ws, ws_ld);
+        };
+        if (p.q_num_blocks == nullptr) {
+          query_range(q_begin, q_end_all);
+        } else {
+          // Block-sparse: this tile is key block j0 / bn (bn = block_n); its kept query blocks.
+          // Past n_kblocks (varlen keys past max_seqlen_k: wrong metadata): no query block.
+          const int64_t c = b * p.bs_t_batch_stride + h * p.bs_t_head_stride + j0 / bn;
+          const int cnt = j0 / bn < p.n_kblocks
+                              ? static_cast<int>(clamp_i64(p.q_num_blocks[c], 0, p.n_qblocks))
+                              : 0;
+          for (int t = 0; t < cnt; ++t) {
+            const int64_t qb = clamp_i64(p.q_indices[c * p.n_qblocks + t], 0, p.n_qblocks - 1);
+            const int lo = static_cast<int>(qb * p.block_m), hi = lo + p.block_m;
+            query_range(lo > q_begin ? lo : q_begin, hi < q_end_all ? hi : q_end_all);
+          }
         }
       }
       for (int j = 0; j < n; ++j) {

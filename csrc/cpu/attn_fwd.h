@@ -1,7 +1,8 @@
 // Forward of the CPU backend: one task = (batch, head, bm query rows, see fwd_block_m); it
 // streams the key tiles (kFwdBlockN columns) its rows can see with an online softmax, as the
 // GPU kernels do. Keys come from the KV batch and row range of seq_info (KV cache) or
-// through the block table (paged).
+// through the block table (paged). Block-sparse (kv_num_blocks set): a task is one query
+// block, and it streams only the kept key blocks' part of its visible keys (params.h).
 // Included inside namespace flashattn::cpu::FLASHATTN_CPU_ISA after scores.h.
 
 template <DType kDt>
@@ -70,60 +71,77 @@ struct FwdKernel {
     const float neg_inf = -__builtin_inff();
     for (int i = 0; i < m; ++i) row_max[i] = neg_inf, row_sum[i] = 0.f;
 
-    // Only key tiles that some row of this tile can see.
-    const int n_begin = mi.key_begin(i0), n_end = mi.key_end(i0 + m - 1);
-    for (int j0 = n_begin; j0 < n_end; j0 += kBN) {
-      const int n = n_end - j0 < kBN ? n_end - j0 : kBN;
-      const int nc = round_up(n, kW);
-      if (paged) {
-        load_paged(p, b, seq.k_row0 + j0, n, k, v, kt, vs, tmp);
-      } else {
-        load_transposed<kDt>(k + int64_t(j0) * p.k_row_stride, p.k_row_stride, n, d, kt, kBN,
-                             tmp);
-        for (int j = 0; j < n; ++j)
-          load_row_vec<kDt>(v + int64_t(j0 + j) * p.v_row_stride, dv, dvp, vs + j * dvp);
-      }
-      for (int c = 0; c < d; ++c)
-        for (int j = n; j < nc; ++j) kt[c * kBN + j] = 0.f;
-      if (!paged && j0 + kBN < n_end) {
-        const int n_next = n_end - j0 - kBN < kBN ? n_end - j0 - kBN : kBN;
-        prefetch_rows(k + int64_t(j0 + kBN) * p.k_row_stride, p.k_row_stride * sizeof(T), n_next,
-                      d * sizeof(T));
-        prefetch_rows(v + int64_t(j0 + kBN) * p.v_row_stride, p.v_row_stride * sizeof(T), n_next,
-                      dv * sizeof(T));
-      }
-
-      gemm<false>(m, nc, d, qs, d, 1, kt, kBN, s, kBN);
-      scores_log2(p, mi, slope, i0, j0, m, n, nc, s, kBN, nullptr, nullptr);
-
-      for (int i = 0; i < m; ++i) {
-        float* sr = s + i * kBN;
-        vf mx = vbcast(neg_inf);
-        for (int j = 0; j < nc; j += kW) mx = vmax(mx, vload(sr + j));
-        const float tile_max = hmax(mx);
-        const float new_max = tile_max > row_max[i] ? tile_max : row_max[i];
-        // -inf guard: a row with nothing visible yet subtracts 0, so exp2(-inf - 0) = 0
-        // instead of exp2(-inf + inf) = NaN.
-        const float ref = new_max == neg_inf ? 0.f : new_max;
-        const float alpha = exp2f(row_max[i] - ref);
-        const vf rv = vbcast(ref);
-        vf sum = vf{};
-        for (int j = 0; j < nc; j += kW) {
-          const vf pj = vexp2(vload(sr + j) - rv);
-          vstore(sr + j, pj);
-          sum += pj;
+    // Only key tiles that some row of this tile can see: columns [n_begin, n_end), and with a
+    // block mask only the kept key blocks' part of it (the rows are inside one query block).
+    const int n_begin = mi.key_begin(i0), n_end_all = mi.key_end(i0 + m - 1);
+    auto key_range = [&](const int n_lo, const int n_end) {
+      for (int j0 = n_lo; j0 < n_end; j0 += kBN) {
+        const int n = n_end - j0 < kBN ? n_end - j0 : kBN;
+        const int nc = round_up(n, kW);
+        if (paged) {
+          load_paged(p, b, seq.k_row0 + j0, n, k, v, kt, vs, tmp);
+        } else {
+          load_transposed<kDt>(k + int64_t(j0) * p.k_row_stride, p.k_row_stride, n, d, kt, kBN,
+                               tmp);
+          for (int j = 0; j < n; ++j)
+            load_row_vec<kDt>(v + int64_t(j0 + j) * p.v_row_stride, dv, dvp, vs + j * dvp);
         }
-        row_sum[i] = row_sum[i] * alpha + hsum(sum);
-        row_max[i] = new_max;
-        // The sum above is the undropped softmax's (params.h); dropout zeroes what P V sees.
-        if (drop) dropout_row(p, b, h, i0 + i, j0, n, 1.f, 0.f, sr);
-        if (alpha != 1.f) {
-          const vf av = vbcast(alpha);
-          float* orow = o + i * dvp;
-          for (int c = 0; c < dvp; c += kW) vstore(orow + c, vload(orow + c) * av);
+        for (int c = 0; c < d; ++c)
+          for (int j = n; j < nc; ++j) kt[c * kBN + j] = 0.f;
+        if (!paged && j0 + kBN < n_end) {
+          const int n_next = n_end - j0 - kBN < kBN ? n_end - j0 - kBN : kBN;
+          prefetch_rows(k + int64_t(j0 + kBN) * p.k_row_stride, p.k_row_stride * sizeof(T), n_next,
+                        d * sizeof(T));
+          prefetch_rows(v + int64_t(j0 + kBN) * p.v_row_stride, p.v_row_stride * sizeof(T), n_next,
+                        dv * sizeof(T));
         }
+
+        gemm<false>(m, nc, d, qs, d, 1, kt, kBN, s, kBN);
+        scores_log2(p, mi, slope, i0, j0, m, n, nc, s, kBN, nullptr, nullptr);
+
+        for (int i = 0; i < m; ++i) {
+          float* sr = s + i * kBN;
+          vf mx = vbcast(neg_inf);
+          for (int j = 0; j < nc; j += kW) mx = vmax(mx, vload(sr + j));
+          const float tile_max = hmax(mx);
+          const float new_max = tile_max > row_max[i] ? tile_max : row_max[i];
+          // -inf guard: a row with nothing visible yet subtracts 0, so exp2(-inf - 0) = 0
+          // instead of exp2(-inf + inf) = NaN.
+          const float ref = new_max == neg_inf ? 0.f : new_max;
+          const float alpha = exp2f(row_max[i] - ref);
+          const vf rv = vbcast(ref);
+          vf sum = vf{};
+          for (int j = 0; j < nc; j += kW) {
+            const vf pj = vexp2(vload(sr + j) - rv);
+            vstore(sr + j, pj);
+            sum += pj;
+          }
+          row_sum[i] = row_sum[i] * alpha + hsum(sum);
+          row_max[i] = new_max;
+          // The sum above is the undropped softmax's (params.h); dropout zeroes what P V sees.
+          if (drop) dropout_row(p, b, h, i0 + i, j0, n, 1.f, 0.f, sr);
+          if (alpha != 1.f) {
+            const vf av = vbcast(alpha);
+            float* orow = o + i * dvp;
+            for (int c = 0; c < dvp; c += kW) vstore(orow + c, vload(orow + c) * av);
+          }
+        }
+        gemm<true>(m, dvp, n, s, kBN, 1, vs, dvp, o, dvp);
       }
-      gemm<true>(m, dvp, n, s, kBN, 1, vs, dvp, o, dvp);
+    };
+    if (p.kv_num_blocks == nullptr) {
+      key_range(n_begin, n_end_all);
+    } else {
+      // A query block past n_qblocks (varlen rows past max_seqlen_q: wrong metadata) keeps none.
+      const int qb = i0 / p.block_m;
+      const int64_t c = b * p.bs_batch_stride + h * p.bs_head_stride + qb;
+      const int cnt = qb < p.n_qblocks ? static_cast<int>(clamp_i64(p.kv_num_blocks[c], 0,
+                                                                    p.n_kblocks)) : 0;
+      for (int t = 0; t < cnt; ++t) {
+        const int64_t kb = clamp_i64(p.kv_indices[c * p.n_kblocks + t], 0, p.n_kblocks - 1);
+        const int lo = static_cast<int>(kb * p.block_n), hi = lo + p.block_n;
+        key_range(lo > n_begin ? lo : n_begin, hi < n_end_all ? hi : n_end_all);
+      }
     }
 
     T* out = static_cast<T*>(p.o_ptr) + b * p.o_batch_stride +
@@ -160,7 +178,8 @@ struct FwdKernel {
       }
     }
     const int64_t bh = int64_t(p.batch) * p.nheads;
-    const int bm = fwd_block_m(p, bh, max_sq);
+    // Block-sparse: one task per query block, so that its rows share one list of key blocks.
+    const int bm = p.kv_num_blocks ? p.block_m : fwd_block_m(p, bh, max_sq);
     const int64_t n_mblocks = (max_sq + bm - 1) / bm;
     // The last query tiles first: under a causal mask they see the most keys.
     run_tasks(parallel_for, n_mblocks * bh, scratch_elems(p, bm), [&](int64_t t, float* scratch) {

@@ -38,7 +38,9 @@ inline int fwd_block_m(const FwdParams& p, int64_t batch_heads, int max_seqlen_q
 // head dims exceed 128 (then 64, to keep the K, V, dK, dV tiles within L2).
 inline constexpr int kBwdBlockM = 64;
 inline constexpr int kBwdBlockNMax = 128;
-inline int bwd_block_n(const FwdParams& p) {
+// Block-sparse (q_num_blocks set): bn = block_n, one key tile per key block.
+inline int bwd_block_n(const BwdParams& p) {
+  if (p.q_num_blocks) return p.block_n;
   return (p.headdim > 128 || p.headdim_v > 128) ? 64 : kBwdBlockNMax;
 }
 // Padded head dims of the fp32 scratch tiles and of the dQ workspace rows.
