@@ -21,7 +21,8 @@ struct Options {
   double dropout_p = 0.0;
   std::optional<Tensor> rng_state;
   std::optional<Tensor> learnable_sink;
-  // Block-sparse (params.h, schema.h); set by with_block_mask (flash_api.cpp), checked there.
+  // Block-sparse (params.h, schema.h); set by op_options (flash_api.cpp), checked by
+  // check_block_sparse (input_checks.h).
   std::optional<Tensor> kv_num_blocks, kv_indices, q_num_blocks, q_indices;
   int64_t block_m = 128, block_n = 128;
 };

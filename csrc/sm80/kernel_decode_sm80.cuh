@@ -122,12 +122,7 @@ __global__ void __launch_bounds__(T::kThreads)
       if (a.vec_ok && col + 8 <= p.headdim) {
         cp_async_16(d, ok ? static_cast<const void*>(src) : p.q_ptr, ok);
       } else {
-        uint16_t e[8];
-        const auto* s16 = reinterpret_cast<const uint16_t*>(src);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) e[k] = (ok && col + k < p.headdim) ? s16[k] : 0;
-        st_shared_v4(d, make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16),
-                                   e[4] | (uint32_t(e[5]) << 16), e[6] | (uint32_t(e[7]) << 16)));
+        copy_chunk_elementwise(d, src, ok, col, p.headdim);
       }
     }
   }
@@ -182,14 +177,7 @@ __global__ void __launch_bounds__(T::kThreads)
           } else if (col >= cols) {
             cp_async_16(d, p.k_ptr, false);
           } else {
-            uint16_t e[8];
-            const auto* s16 = reinterpret_cast<const uint16_t*>(s);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) e[k] = (ok && col + k < cols) ? s16[k] : 0;
-            st_shared_v4(d, make_uint4(e[0] | (uint32_t(e[1]) << 16),
-                                       e[2] | (uint32_t(e[3]) << 16),
-                                       e[4] | (uint32_t(e[5]) << 16),
-                                       e[6] | (uint32_t(e[7]) << 16)));
+            copy_chunk_elementwise(d, s, ok, col, cols);
           }
         };
         copy(dk + o, ks + col, p.headdim);

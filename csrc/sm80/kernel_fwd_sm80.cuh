@@ -87,6 +87,19 @@ struct FwdTraits {
   static_assert(kStages >= 1 && kStages <= 2, "the wait counts below assume 1 or 2 stages");
 };
 
+// The 16-bit elements of columns [col, col + 8) at `src` into the 16 bytes of shared memory at
+// `dst`, those at or past column `cols` (all of them when !ok) zero: the element-wise path of
+// a chunk that straddles the head dim or sits on a base not 16-byte aligned.
+__device__ __forceinline__ void copy_chunk_elementwise(uint32_t dst, const void* src, bool ok,
+                                                       int col, int cols) {
+  uint16_t e[8];
+  const auto* s16 = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) e[k] = (ok && col + k < cols) ? s16[k] : 0;
+  st_shared_v4(dst, make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16),
+                               e[4] | (uint32_t(e[5]) << 16), e[6] | (uint32_t(e[7]) << 16)));
+}
+
 // Loads rows [0, kRows) of a tile whose row 0 is at `src` into shared memory at `dst`. Rows at or
 // past `rows_valid` (checked only when Check_rows) and columns at or past `cols_valid` are
 // zero-filled (cp.async src_size 0 at a clamped address). Not Is_even_K: chunks straddling
@@ -115,12 +128,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const Element* src, int6
       } else if (Is_even_K || (vec_ok && col + 8 <= cols_valid)) {
         cp_async_16(d, row_ok ? static_cast<const void*>(s) : safe_src, row_ok);
       } else {
-        uint16_t e[8];
-        const auto* s16 = reinterpret_cast<const uint16_t*>(s);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) e[k] = (row_ok && col + k < cols_valid) ? s16[k] : 0;
-        st_shared_v4(d, make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16),
-                                   e[4] | (uint32_t(e[5]) << 16), e[6] | (uint32_t(e[7]) << 16)));
+        copy_chunk_elementwise(d, s, row_ok, col, cols_valid);
       }
     }
   }
