@@ -44,6 +44,10 @@ def parse_args() -> argparse.Namespace:
                              f"in any cell; repeatable ({', '.join(bench.PEER_NAMES)})")
     parser.add_argument("--deterministic", action="store_true",
                         help="also time our backward with deterministic=True (flashattn_det)")
+    parser.add_argument("--dropout", action="store_true",
+                        help="also time ours with dropout_p = 0.1 (flashattn_drop; issue 15)")
+    parser.add_argument("--sink", action="store_true",
+                        help="also time ours with a learnable_sink (flashattn_sink; issue 15)")
     parser.add_argument("--tokens", type=int, default=16384, help="B * N of every cell")
     parser.add_argument("--hidden", type=int, default=2048, help="H * d of every cell")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -180,7 +184,8 @@ def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
     dtype = bench.DTYPES[args.dtype]
-    impls = bench.implementations(device, args.impls, args.deterministic)
+    impls = bench.implementations(device, args.impls, args.deterministic, args.dropout,
+                                  args.sink)
     missing = missing_peers(args.require_peer, impls, device, args.impls)
     if missing:
         sys.exit("bench_attn.py: --require-peer: cannot set up " + "; ".join(missing))

@@ -16,6 +16,10 @@ import statistics
 
 OURS = "flashattn"
 OURS_DET = "flashattn_det"  # ours with deterministic=True (bench_attn.py --deterministic)
+# Ours with an option (bench_attn.py --deterministic / --dropout / --sink): ratio column titles.
+VARIANTS = {OURS_DET: "det ÷ default", "flashattn_drop": "dropout ÷ default",
+            "flashattn_sink": "sink ÷ default"}
+OURS_ALL = (OURS, *VARIANTS)
 REFERENCE = "sdpa_flash"
 FA4 = "fa4"
 SUMMARY_PEERS = ("sdpa_cudnn", FA4)  # the strongest peers: the summary has ours over each
@@ -27,10 +31,15 @@ def implementations(rows: list) -> list:
                               if key.endswith("_ms_median")))
 
 
+def variant_ratio(row: dict, name: str):
+    """Our speed with an option (VARIANTS) over our default (None where either is missing)."""
+    with_option, default = row.get(name), row.get(OURS)
+    return with_option / default if with_option and default else None
+
+
 def det_ratio(row: dict):
     """Our deterministic speed over our default speed (None where either is missing)."""
-    det, default = row.get(OURS_DET), row.get(OURS)
-    return det / default if det and default else None
+    return variant_ratio(row, OURS_DET)
 
 
 def over(row: dict, peer):
@@ -52,18 +61,19 @@ def fmt(value, spec: str = ".4g") -> str:
 
 
 def cell_table(rows: list, names: list, reference: str) -> list:
-    peers = [name for name in names if name not in (OURS, OURS_DET)]
-    det = OURS_DET in names and any(row.get(OURS_DET) for row in rows)
+    peers = [name for name in names if name not in OURS_ALL]
+    variants = [v for v in VARIANTS if v in names and any(row.get(v) for row in rows)]
     lines = ["| d | causal | N | B | H | path | " + " | ".join(names)
-             + f" | ×{reference} | ×best | best peer |" + (" det ÷ default |" if det else ""),
+             + f" | ×{reference} | ×best | best peer |"
+             + "".join(f" {VARIANTS[v]} |" for v in variants),
              "|" + "---:|" * 5 + ":---|" + "---:|" * (len(names) + 2) + ":---|"
-             + ("---:|" if det else "")]
+             + "---:|" * len(variants)]
     for row in sorted(rows, key=lambda r: (r["d"], r["causal"], r["N"])):
         over_ref, over_best, best = speedups(row, peers, reference)
         cells = [row["d"], "yes" if row["causal"] else "no", row["N"], row["B"], row["H"],
                  row.get("path") or "—"] + [fmt(row.get(name)) for name in names] + \
                 [fmt(over_ref, ".2f"), fmt(over_best, ".2f"), best or "—"] + \
-                ([fmt(det_ratio(row), ".2f")] if det else [])
+                [fmt(variant_ratio(row, v), ".2f") for v in variants]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
 
@@ -71,7 +81,7 @@ def cell_table(rows: list, names: list, reference: str) -> list:
 def summary_table(rows: list, names: list, reference: str) -> list:
     """Per mode and subset: median and min of ours over the reference, the best peer and
     each of SUMMARY_PEERS in the rows (each ratio over the cells where both ran)."""
-    peers = [name for name in names if name not in (OURS, OURS_DET)]
+    peers = [name for name in names if name not in OURS_ALL]
     extra = [peer for peer in SUMMARY_PEERS if peer in peers and peer != reference]
     subsets = (("d ∈ {64, 128}, N ≥ 2048", lambda r: r["d"] in (64, 128) and r["N"] >= 2048),
                ("whole grid", lambda r: True))
@@ -99,6 +109,23 @@ def summary_table(rows: list, names: list, reference: str) -> list:
     if partial:
         lines += ["", "Ratios over fewer cells (the peer rejects the others): "
                   + "; ".join(partial) + "."]
+    return lines
+
+
+def variant_summary(rows: list) -> list:
+    """Dropout / sink over default speed, per mode: median and min over the cells with
+    d = 128 and N >= 2048 (issue 15's cost targets) and over every cell."""
+    lines = []
+    for name in ("flashattn_drop", "flashattn_sink"):
+        for mode in ("fwd", "bwd"):
+            for label, keep in (("d 128, N ≥ 2048", lambda r: r["d"] == 128 and r["N"] >= 2048),
+                                ("every cell", lambda r: True)):
+                values = [variant_ratio(r, name) for r in rows if r["mode"] == mode and keep(r)]
+                values = [v for v in values if v is not None]
+                if values:
+                    lines.append(f"{VARIANTS[name]}, {mode}, {label}: median "
+                                 f"{statistics.median(values):.2f}, min {min(values):.2f} "
+                                 f"({len(values)} cells).")
     return lines
 
 
@@ -174,7 +201,7 @@ def markdown(result: dict, reference: str) -> str:
     head, rows = result["header"], result["rows"]
     names = implementations(rows)
     if reference not in names:
-        reference = next((name for name in names if name not in (OURS, OURS_DET)), reference)
+        reference = next((name for name in names if name not in OURS_ALL), reference)
     dirty = " (+ uncommitted changes)" if head.get("dirty") else ""
     fa4 = f"FlashAttention-4 {head['fa4']} (CuTe DSL {head.get('cutlass_dsl')}), " \
         if head.get("fa4") else ""
@@ -198,7 +225,7 @@ def markdown(result: dict, reference: str) -> str:
     if rows:
         out += ["## Summary", ""] + summary_table(rows, names, reference)
         out += ["", spread_note(rows, names), ""]
-        det = det_summary(rows)
+        det = det_summary(rows) + variant_summary(rows)
         out += det + [""] if det else []
     if result.get("decode"):
         r0 = result["decode"][0]

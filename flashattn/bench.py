@@ -27,7 +27,12 @@ import flashattn
 
 OURS = "flashattn"
 OURS_DET = "flashattn_det"  # ours with deterministic=True (backward cells only)
-OURS_ALL = (OURS, OURS_DET)  # our implementations: never peers
+OURS_DROP = "flashattn_drop"  # ours with dropout_p = DROPOUT_P (issue 15's cost target)
+OURS_SINK = "flashattn_sink"  # ours with a learnable_sink (issue 15's cost target)
+OURS_ALL = (OURS, OURS_DET, OURS_DROP, OURS_SINK)  # our implementations: never peers
+# Ours with an option, each against ours without: the ratio column's name.
+VARIANTS = {OURS_DET: "det/def", OURS_DROP: "drop/def", OURS_SINK: "sink/def"}
+DROPOUT_P = 0.1
 # The SDPA peers, each forced to one backend: (name, backend).
 SDPA_PEERS = (
     ("sdpa_flash", SDPBackend.FLASH_ATTENTION),
@@ -128,6 +133,22 @@ def _ours_det(q, k, v, causal):
     return flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=True)
 
 
+def _ours_drop(q, k, v, causal):
+    return flashattn.flash_attn_func(q, k, v, dropout_p=DROPOUT_P, causal=causal)
+
+
+_SINKS: dict = {}
+
+
+def _ours_sink(q, k, v, causal):
+    """A sink per head (fp32, requires grad, so that the backward computes its gradient too),
+    made once per (heads, device): the timed call is the attention alone."""
+    key = (q.shape[2], q.device)
+    if key not in _SINKS:
+        _SINKS[key] = torch.randn(q.shape[2], device=q.device).requires_grad_()
+    return flashattn.flash_attn_func(q, k, v, causal=causal, learnable_sink=_SINKS[key])
+
+
 @functools.lru_cache(maxsize=None)
 def fa4_func() -> tuple:
     """(FlashAttention-4's flash_attn_func, None), or (None, why it does not import)."""
@@ -158,14 +179,20 @@ def unavailable_peers(device: torch.device) -> dict:
 
 
 def implementations(device: torch.device, names: Optional[list] = None,
-                    deterministic: bool = False) -> list:
+                    deterministic: bool = False, dropout: bool = False,
+                    sink: bool = False) -> list:
     """Ours and the peers: on a GPU each SDPA backend forced and FlashAttention-4 ("fa4")
     when flash_attn.cute imports (unavailable_peers says why not), on the CPU torch's
     default CPU SDPA ("sdpa"). deterministic: also ours with deterministic=True on the
-    backward cells. `names` keeps only those named."""
+    backward cells; dropout: ours with dropout_p = DROPOUT_P; sink: ours with a
+    learnable_sink (VARIANTS). `names` keeps only those named."""
     impls = [Impl(OURS, _ours, heads_first=False)]
     if deterministic:
         impls.append(Impl(OURS_DET, _ours_det, heads_first=False, modes=("bwd",)))
+    if dropout:
+        impls.append(Impl(OURS_DROP, _ours_drop, heads_first=False))
+    if sink:
+        impls.append(Impl(OURS_SINK, _ours_sink, heads_first=False))
     if device.type == "cuda":
         impls += [Impl(name, _sdpa, True, lambda b=backend: sdpa_kernel(b))
                   for name, backend in SDPA_PEERS]
@@ -298,10 +325,16 @@ def speedup(row: dict, peer: str) -> Optional[float]:
     return ours / theirs if ours and theirs else None
 
 
+def variant_ratio(row: dict, name: str) -> Optional[float]:
+    """Our speed with an option (VARIANTS) over our default speed; None where either is
+    missing."""
+    with_option, default = row.get(name), row.get(OURS)
+    return with_option / default if with_option and default else None
+
+
 def det_ratio(row: dict) -> Optional[float]:
     """Our deterministic speed over our default speed; None where either is missing."""
-    det, default = row.get(OURS_DET), row.get(OURS)
-    return det / default if det and default else None
+    return variant_ratio(row, OURS_DET)
 
 
 def best_peer(row: dict, peers: list) -> Optional[str]:
@@ -318,12 +351,11 @@ class TablePrinter:
     def __init__(self, names: list, unit: str = "TFLOP/s"):
         self.names, self.unit = names, unit
         self.peers = [name for name in names if name not in OURS_ALL]
-        self.det = OURS_DET in names
+        self.variants = [name for name in VARIANTS if name in names]
         ratios = [f"x_{peer.removeprefix('sdpa_')}" for peer in self.peers]
         if len(self.peers) > 1:
             ratios.append("x_best")
-        if self.det:
-            ratios.append("det/def")
+        ratios += [VARIANTS[name] for name in self.variants]
         self.columns = ["mode", "d", "causal", "N", "B", "H", "path"] + names + ratios
         self.widths = [4, 3, 6, 5, 3, 3, 17] + [max(len(n), 10) for n in names] + [8] * len(ratios)
 
@@ -343,8 +375,7 @@ class TablePrinter:
         if len(self.peers) > 1:
             best = best_peer(row, self.peers)
             ratios.append(speedup(row, best) if best else None)
-        if self.det:
-            ratios.append(det_ratio(row))
+        ratios += [variant_ratio(row, name) for name in self.variants]
         cells = [row["mode"], row["d"], int(row["causal"]), row["N"], row["B"], row["H"],
                  (row["path"] or "-")[:17]]
         return self._line(cells + values + [num(r, ".3f") for r in ratios])

@@ -362,12 +362,14 @@ def dropout_keep_ref(rng_state, batch, nheads, sq, sk, dropout_p):
     seed, offset = (int(x) & ((1 << 64) - 1) for x in rng_state.tolist())
     b, h, i, j = np.meshgrid(np.arange(batch), np.arange(nheads), np.arange(sq), np.arange(sk),
                              indexing="ij")
-    words = philox4x32_10_ref(j >> 4, i, ((offset & _M32) + h) & _M32,
+    # 16 x 16 blocks (I, J); within one, cell (r, c) is in unit u = 4 ((r >> 1) & 3) + ((c >> 1)
+    # & 3), word ((r & 1) << 1) | (r >> 3), byte ((c >> 3) << 1) | (c & 1) (philox.h).
+    r, c = i & 15, j & 15
+    unit = 4 * ((r >> 1) & 3) + ((c >> 1) & 3)
+    words = philox4x32_10_ref(j >> 4, (i >> 4) * 16 + unit, ((offset & _M32) + h) & _M32,
                               ((offset >> 32) + b) & _M32, seed & _M32, seed >> 32)
-    col = (j & 15).astype(np.uint64)
-    word_idx = ((j & 7) >> 1).astype(np.int64)
-    word = np.choose(word_idx, words)
-    shift = np.uint64(8) * (np.uint64(2) * (col >> np.uint64(3)) + (col & np.uint64(1)))
+    word = np.choose(((r & 1) << 1) | (r >> 3), words)
+    shift = (np.uint64(8) * (((c >> 3) << 1) | (c & 1)).astype(np.uint64))
     byte = (word >> shift) & np.uint64(0xFF)
     return torch.from_numpy(byte >= dropout_threshold_ref(dropout_p))
 

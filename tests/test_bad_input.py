@@ -312,9 +312,8 @@ def test_alibi_slopes_noncontiguous(device, shape):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["flash_attn_func", "flash_attn_varlen_func",
                                   "flash_attn_qkvpacked_func"])
-def test_dropout_runs_or_names_missing_kernels(device, name):
-    """Dropout runs on CPU (tests/test_dropout.py); on CUDA it raises the named error of
-    csrc/api/backend_choice.h until its kernels land (issue 15), never runs without it."""
+def test_dropout_runs_everywhere(device, name):
+    """Dropout runs on CPU and CUDA (tests/test_dropout.py checks its numbers)."""
     _skip(device)
     q, k, v = _qkv(device, sk=7, Hk=4)
     qv, kv_, vv, cu, m = _varlen(device)
@@ -326,10 +325,27 @@ def test_dropout_runs_or_names_missing_kernels(device, name):
             return flashattn.flash_attn_varlen_func(qv, kv_, vv, cu, cu, m, m, dropout_p=0.1)
         return flashattn.flash_attn_qkvpacked_func(torch.stack([q, k, v], 2), dropout_p=0.5)
 
+    assert not call().isnan().any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropout_with_block_table(device):
+    """Paged KV (block_table) with dropout: the CPU runs it; on CUDA the split-KV kernels take
+    no dropout, a named error (csrc/api/backend_choice.h), never a run without it."""
+    _skip(device)
+    q, _, _, cu, m = _varlen(device)
+    k = torch.randn(2, 16, 2, 64, device=device, dtype=torch.float16)
+    v = torch.randn(2, 16, 2, 64, device=device, dtype=torch.float16)
+    bt = torch.tensor([[1], [0]], dtype=torch.int32, device=device)
+
+    def call():
+        return flashattn.flash_attn_varlen_func(q, k, v, cu, cu, m, m, dropout_p=0.2,
+                                                block_table=bt)
+
     if device == "cpu":
         assert not call().isnan().any()
     else:
-        with pytest.raises(RuntimeError, match=r"dropout on CUDA is not built yet \(issue 15\)"):
+        with pytest.raises(RuntimeError, match=r"dropout with a KV cache or paged keys"):
             call()
 
 

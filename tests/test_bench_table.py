@@ -119,3 +119,21 @@ def test_make_table_runs_without_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "| median ×fa4 | min ×fa4 |" in done.stdout
+
+
+def test_dropout_and_sink_columns_and_summary():
+    """bench_attn.py --dropout / --sink: our variants get ratio columns and a summary, never
+    a peer's place."""
+    mt = _make_table()
+    names = ("flashattn", "flashattn_drop", "flashattn_sink", "sdpa_cudnn")
+    rows = [_peer_row("fwd", 128, 2048, dict(zip(names, (400.0, 320.0, 396.0, 500.0)))),
+            _peer_row("fwd", 128, 8192, dict(zip(names, (500.0, 450.0, 490.0, 500.0)))),
+            _peer_row("bwd", 128, 4096, dict(zip(names, (300.0, 270.0, 297.0, 250.0))))]
+    header = {"gpu": "X", "torch": "t", "cuda": "c", "cudnn": 1, "date": "d", "commit": "abc"}
+    text = mt.markdown({"header": header, "rows": rows}, "sdpa_cudnn")
+    assert "dropout ÷ default" in text and "sink ÷ default" in text
+    assert "×flashattn_drop" not in text and "×flashattn_sink" not in text
+    fwd = text[text.index("## fwd"):text.index("## bwd")]
+    assert "| 0.80 | 0.99 |" in fwd and "| 0.90 | 0.98 |" in fwd  # 320/400 396/400, 450/500 490/500
+    assert "dropout ÷ default, fwd, d 128, N ≥ 2048: median 0.85, min 0.80 (2 cells)." in text
+    assert "sink ÷ default, bwd, every cell: median 0.99, min 0.99 (1 cells)." in text

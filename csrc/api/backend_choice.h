@@ -74,9 +74,8 @@ inline Backend sm80_or_fail(const char* what) {
 #endif
 }
 
-// Issue 15's features have a CPU backend and a contract (params.h) but no CUDA kernels yet:
-// a CUDA call with them raises, named, rather than run without them.
-// Issue 16's block-sparse attention likewise (CPU backend and contract only): never dense.
+// Issue 16's block-sparse attention has a CPU backend and a contract (params.h) but no CUDA
+// kernels yet: a CUDA call with a block mask raises, named, rather than run dense.
 [[noreturn]] inline void fail_cuda_block_sparse() {
   fail("block-sparse attention on CUDA is not built yet (issue 16): the CUDA kernels take no "
        "block mask; block-sparse attention runs on CPU tensors");
@@ -84,12 +83,6 @@ inline Backend sm80_or_fail(const char* what) {
 
 inline void check_cuda_has_features(const FwdParams& p) {
   if (p.kv_num_blocks != nullptr) fail_cuda_block_sparse();
-  if (p.dropout_threshold > 0)
-    fail("dropout on CUDA is not built yet (issue 15): the CUDA kernels take dropout_p = 0 "
-         "only (got ", p.dropout_p, "); dropout runs on CPU tensors");
-  if (p.sink_ptr != nullptr)
-    fail("attention sinks (learnable_sink) on CUDA are not built yet (issue 15); they run on "
-         "CPU tensors");
 }
 
 // The forward's backend for a CUDA call whose params are filled (output pointers may be null
@@ -100,7 +93,7 @@ inline void check_cuda_has_features(const FwdParams& p) {
 // tile and split the keys across CTAs (H200: see benchmarks/results, decode rows).
 inline bool decode_shaped(const FwdParams& p) {
   const int64_t rows = int64_t(p.seqlen_q) * (p.nheads / p.nheads_k);
-  return rows <= 64 && p.seqlen_k >= 512;
+  return rows <= 64 && p.seqlen_k >= 512 && p.dropout_threshold == 0;  // no dropout there
 }
 
 inline Backend choose_fwd(const FwdParams& p) {
@@ -130,6 +123,10 @@ inline Backend choose_fwd(const FwdParams& p) {
 // append and split-KV kernels; sm90 has none yet.
 inline Backend choose_fwd_kvcache(const FwdParams& p) {
   check_cuda_has_features(p);
+  if (p.dropout_threshold > 0)
+    fail("dropout with a KV cache or paged keys (block_table) on CUDA is not built: the "
+         "split-KV kernels take dropout_p = 0 only (got ", p.dropout_p, "); it runs on CPU "
+         "tensors, or on CUDA without block_table");
   if (forced_backend() == Force::kSm90)
     fail("FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call: it has "
          "no KV-cache / paged-KV kernel yet");

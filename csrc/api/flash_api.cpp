@@ -457,8 +457,14 @@ Tensor attn_probs(Tensor q, Tensor k, Tensor v, Tensor softmax_lse,
     return s;
   }
   check_cuda_has_features(p);
-  fail("return_attn_probs=True on CUDA is not built yet (issue 15): the attention "
-       "probabilities come from the CPU backend only");
+#ifndef FLASHATTN_DISABLE_SM80
+  sm80_or_fail("return_attn_probs");
+  sm80::run_attn_probs(p, current_stream(q));
+  return s;
+#else
+  fail("return_attn_probs=True on CUDA tensors needs the portable (sm80) kernels, which this "
+       "build does not have");
+#endif
 }
 
 }  // namespace

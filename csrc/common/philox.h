@@ -2,14 +2,19 @@
 // Random123 constants) and the dropout mask of params.h, one definition for every backend.
 // Torch-free, host and device.
 //
-// Counter layout: one Philox call gives the 16 keep bytes of row i, columns [16 g, 16 g + 16)
-// of (batch b, head h):
-//   counter = {g, i, lo32(offset) + h, hi32(offset) + b},  key = {lo32(seed), hi32(seed)}
-// and column 16 g + c reads byte 2 * (c / 8) + c % 2 of word (c % 8) / 2. So word w holds
-// columns {2w, 2w + 1, 8 + 2w, 9 + 2w}: in the mma.sync / WGMMA accumulator layout (a row's
-// columns spread over the 4 threads of a quad, two adjacent ones per 8-column block), thread
-// t of a quad owns word t of each 16-column group of its rows; a quad makes its 4 calls (one
-// each) and swaps words with 3 shuffles, FA2's cost of one call per 16 elements.
+// Layout: the (query row i, key column j) plane of (batch b, head h) is cut into 16 x 16
+// blocks (I, J) = (i >> 4, j >> 4); within a block (r, c) = (i & 15, j & 15). One Philox call
+// gives the 16 keep bytes of one "unit" u = 4 q + t of a block, the cells
+//   rows {2q, 2q + 1, 2q + 8, 2q + 9} x columns {2t, 2t + 1, 2t + 8, 2t + 9}   (q, t < 4):
+//   counter = {J, 16 I + u, lo32(offset) + h, hi32(offset) + b},  key = {lo32(seed), hi32(seed)}
+// cell (r, c) is byte ((c >> 3) << 1) | (c & 1) of word ((r & 1) << 1) | (r >> 3).
+// Why this shape: a unit is what two lanes of a warp hold of a 16 x 16 block both in the
+// mma.sync / WGMMA accumulator layout of S (the forward: lane (g, t) holds rows {g, g + 8},
+// columns {2t, 2t + 1, 2t + 8, 2t + 9}; lanes g and g ^ 1 share unit (g >> 1, t)) and in that
+// of S^T (the backward: lane (k, q) holds query rows {2q, 2q + 1, 2q + 8, 2q + 9}, key columns
+// {k, k + 8}; lanes k and k ^ 1 share unit (q, k >> 1)). So each lane makes one call per two
+// blocks it holds and swaps half of it with lane ^ 4 (2 shuffles): one call per 16 elements,
+// in either orientation. Rows or columns past 2^28 wrap the counter (the mask repeats).
 #pragma once
 #include <cstdint>
 
@@ -51,19 +56,20 @@ FLASHATTN_HOST_DEVICE Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c
   return Philox4{{c0, c1, c2, c3}};
 }
 
-// The 16 keep bytes of row i, columns [16 g, 16 g + 16) of (b, h) (layout above).
+// The 16 keep bytes of unit u of block (I, J) of (b, h) (layout above).
 FLASHATTN_HOST_DEVICE Philox4 dropout_bits(uint64_t seed, uint64_t offset, int32_t b, int32_t h,
-                                           int32_t i, int32_t g) {
-  return philox4x32_10(static_cast<uint32_t>(g), static_cast<uint32_t>(i),
+                                           int32_t I, int32_t J, int32_t u) {
+  return philox4x32_10(static_cast<uint32_t>(J), static_cast<uint32_t>(I) * 16u +
+                                                     static_cast<uint32_t>(u),
                        static_cast<uint32_t>(offset) + static_cast<uint32_t>(h),
                        static_cast<uint32_t>(offset >> 32) + static_cast<uint32_t>(b),
                        static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
-// The byte of column 16 g + c (0 <= c < 16) in dropout_bits(..., g).
-FLASHATTN_HOST_DEVICE uint32_t dropout_byte(const Philox4& r, int c) {
-  return (r.x[(c & 7) >> 1] >> (8 * (2 * (c >> 3) + (c & 1)))) & 0xffu;
-}
+// Within-block coordinates (r, c) -> the unit, word and byte that hold the cell.
+FLASHATTN_HOST_DEVICE int dropout_unit(int r, int c) { return ((r >> 1) & 3) * 4 + ((c >> 1) & 3); }
+FLASHATTN_HOST_DEVICE int dropout_word(int r) { return ((r & 1) << 1) | (r >> 3); }
+FLASHATTN_HOST_DEVICE int dropout_byte_in_word(int c) { return ((c >> 3) << 1) | (c & 1); }
 
 // params.h's rule: p quantised to threshold / 256, threshold = max(1, round(p * 256)) capped
 // at 255 for 0 < p < 1 (so a tiny p still drops something), 0 = no dropout.
@@ -76,7 +82,9 @@ FLASHATTN_HOST_DEVICE uint32_t dropout_threshold_u8(float p) {
 // Z_ij of params.h: true iff column j of row i of (b, h) is kept.
 FLASHATTN_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, int32_t b, int32_t h,
                                         int32_t i, int32_t j, uint32_t threshold) {
-  return dropout_byte(dropout_bits(seed, offset, b, h, i, j >> 4), j & 15) >= threshold;
+  const int r = i & 15, c = j & 15;
+  const Philox4 bits = dropout_bits(seed, offset, b, h, i >> 4, j >> 4, dropout_unit(r, c));
+  return ((bits.x[dropout_word(r)] >> (8 * dropout_byte_in_word(c))) & 0xffu) >= threshold;
 }
 
 }  // namespace flashattn

@@ -151,18 +151,15 @@ struct BwdKernel {
             }
             if (drop) {
               // dV takes the dropped, rescaled P (built in ds, free until dP), dP = Z dP scale.
-              for (int i = 0; i < m; ++i) {
+              for (int i = 0; i < m; ++i)
                 for (int j = 0; j < nc; ++j) ds[i * bn + j] = ps[i * bn + j];
-                dropout_row(p, b, h, i0 + i, j0, n, p.dropout_scale, 0.f, ds + i * bn);
-              }
+              dropout_tile(p, b, h, i0, m, j0, n, p.dropout_scale, 0.f, ds, bn);
               gemm<true>(n, dvp, m, ds, 1, bn, dos, dvp, dv_acc, dvp);
             } else {
               gemm<true>(n, dvp, m, ps, 1, bn, dos, dvp, dv_acc, dvp);
             }
             gemm<false>(m, nc, dv, dos, dvp, 1, vt, bn, ds, bn);
-            if (drop)
-              for (int i = 0; i < m; ++i)
-                dropout_row(p, b, h, i0 + i, j0, n, p.dropout_scale, 0.f, ds + i * bn);
+            if (drop) dropout_tile(p, b, h, i0, m, j0, n, p.dropout_scale, 0.f, ds, bn);
             for (int i = 0; i < m; ++i) {
               const vf di = vbcast(dsum[i]), sc = vbcast(scale);
               const float* pr = ps + i * bn;

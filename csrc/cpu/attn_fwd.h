@@ -118,14 +118,14 @@ struct FwdKernel {
           }
           row_sum[i] = row_sum[i] * alpha + hsum(sum);
           row_max[i] = new_max;
-          // The sum above is the undropped softmax's (params.h); dropout zeroes what P V sees.
-          if (drop) dropout_row(p, b, h, i0 + i, j0, n, 1.f, 0.f, sr);
           if (alpha != 1.f) {
             const vf av = vbcast(alpha);
             float* orow = o + i * dvp;
             for (int c = 0; c < dvp; c += kW) vstore(orow + c, vload(orow + c) * av);
           }
         }
+        // The sums above are the undropped softmax's (params.h); dropout zeroes what P V sees.
+        if (drop) dropout_tile(p, b, h, i0, m, j0, n, 1.f, 0.f, s, kBN);
         gemm<true>(m, dvp, n, s, kBN, 1, vs, dvp, o, dvp);
       }
     };

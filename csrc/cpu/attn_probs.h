@@ -51,7 +51,10 @@ struct ProbsKernel {
       for (int i = 0; i < m; ++i) {
         float* sr = s + i * kBN;
         for (int j = 0; j < nc; j += kW) vstore(sr + j, vexp2(vload(sr + j)));
-        if (p.dropout_threshold > 0) dropout_row(p, b, h, i0 + i, j0, n, 1.f, -1.f, sr);
+      }
+      if (p.dropout_threshold > 0) dropout_tile(p, b, h, i0, m, j0, n, 1.f, -1.f, s, kBN);
+      for (int i = 0; i < m; ++i) {
+        float* sr = s + i * kBN;
         T* orow = out + int64_t(i) * p.s_row_stride + j0;
         for (int j = 0; j < n; ++j) orow[j] = Elem<kDt>::store(sr[j]);
       }

@@ -61,19 +61,32 @@ inline int bwd_num_splits(const BwdParams& p) {
   return static_cast<int>(g < 1 ? 1 : g);
 }
 
-// Dropout (params.h, philox.h) on row i, columns [j0, j0 + n) of (b, h): x[j] *= kept ?
-// keep_factor : drop_factor. One Philox call per 16-column group the range touches.
-inline void dropout_row(const FwdParams& p, int b, int h, int i, int j0, int n,
-                        float keep_factor, float drop_factor, float* x) {
+// Dropout (params.h, philox.h) on rows [i0, i0 + m), columns [j0, j0 + n) of (b, h), the
+// tile x (row stride ld, x[0] = cell (i0, j0)): x *= kept ? keep_factor : drop_factor. One
+// Philox call per unit (16 cells) the tile touches.
+inline void dropout_tile(const FwdParams& p, int b, int h, int i0, int m, int j0, int n,
+                         float keep_factor, float drop_factor, float* x, int64_t ld) {
   const uint64_t seed = static_cast<uint64_t>(p.rng_state[0]);
   const uint64_t offset = static_cast<uint64_t>(p.rng_state[1]);
-  for (int j = 0; j < n;) {
-    const int c0 = (j0 + j) & 15, e = n - j < 16 - c0 ? n - j : 16 - c0;
-    const Philox4 r = dropout_bits(seed, offset, b, h, i, (j0 + j) >> 4);
-    for (int c = 0; c < e; ++c)
-      x[j + c] *= dropout_byte(r, c0 + c) >= p.dropout_threshold ? keep_factor : drop_factor;
-    j += e;
-  }
+  const int i1 = i0 + m, j1 = j0 + n;
+  for (int I = i0 >> 4; I <= (i1 - 1) >> 4; ++I)
+    for (int J = j0 >> 4; J <= (j1 - 1) >> 4; ++J)
+      for (int u = 0; u < 16; ++u) {
+        const int q = u >> 2, t = u & 3;
+        const Philox4 bits = dropout_bits(seed, offset, b, h, I, J, u);
+        for (int rr = 0; rr < 4; ++rr) {
+          const int r = 2 * q + (rr & 1) + 8 * (rr >> 1), i = 16 * I + r;
+          if (i < i0 || i >= i1) continue;
+          const uint32_t word = bits.x[dropout_word(r)];
+          float* row = x + int64_t(i - i0) * ld - j0;
+          for (int cc = 0; cc < 4; ++cc) {
+            const int c = 2 * t + (cc & 1) + 8 * (cc >> 1), j = 16 * J + c;
+            if (j < j0 || j >= j1) continue;
+            const uint32_t byte = (word >> (8 * dropout_byte_in_word(c))) & 0xffu;
+            row[j] *= byte >= p.dropout_threshold ? keep_factor : drop_factor;
+          }
+        }
+      }
 }
 
 // The sink's natural-log logit of head h in log2 units, or -inf without a sink.

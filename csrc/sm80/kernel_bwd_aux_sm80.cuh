@@ -119,6 +119,33 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const __grid_consta
   }
 }
 
+// dsink_h = -sum over every sequence's rows i of exp(sink_h - lse_i) * D_i (params.h), after
+// the preprocessing wrote D. One CTA per head; each thread sums a fixed set of rows, then a
+// fixed tree: the same bits on every run. Rows with lse = sink = -inf add nothing.
+__global__ void __launch_bounds__(256) bwd_dsink_kernel(const __grid_constant__ BwdParams p) {
+  const int h = blockIdx.x;
+  const float sink = p.sink_ptr[h];
+  float acc = 0.f;
+  for (int b = 0; b < p.batch; ++b) {
+    const SeqInfo s = seq_info_clamped(p, b);
+    const int64_t base = b * p.lse_batch_stride + h * p.lse_head_stride + s.q_row0;
+    for (int i = threadIdx.x; i < s.seqlen_q; i += blockDim.x) {
+      const float l = p.lse_ptr[base + i];
+      if (l != -INFINITY) acc -= expf(sink - l) * p.dsoftmax_sum[base + i];
+    }
+  }
+  __shared__ float part[8];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.f;
+    for (int w = 0; w < 8; ++w) t += part[w];
+    p.dsink_ptr[h] += t;
+  }
+}
+
 // Writes 8 fp32 values (times `scale`) as elements [col, col + 8) of an output row, the
 // columns past `ncols` left out.
 template <typename Element>

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include "../common/dropout_lanes.cuh"
 #include "../common/mask.h"
 #include "../common/params.h"
 #include "../common/seqlen.h"
@@ -193,7 +194,9 @@ __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* 
     body(std::true_type{});
 }
 
-template <typename Tile, typename Element, bool Has_softcap>
+// Has_dropout (params.h): P and dS under the forward's Z; such a kernel takes the softcap as a
+// run-time switch (one instantiation for both).
+template <typename Tile, typename Element, bool Has_softcap, bool Has_dropout = false>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     bwd_main_kernel(const __grid_constant__ BwdArgs args) {
   constexpr int kD = Tile::kHeadDim, kBM = Tile::kBlockM, kBN = Tile::kBlockN;
@@ -338,7 +341,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const float slope_log2 = alibi_slope(p, b, h) * kLog2e;
   const float scale_log2 = p.softmax_scale_log2;
   const float cap = p.softcap;
-  const float scale_over_cap = Has_softcap ? p.softmax_scale / cap : 0.f;
+  const bool softcap_on = Has_softcap || (Has_dropout && cap > 0.f);
+  const float scale_over_cap = softcap_on ? p.softmax_scale / cap : 0.f;
+  DropoutRng rng{};
+  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
   const float cap_log2 = cap * kLog2e;
   const int shift = mi.shift();
   // Deterministic mode: the counter of query block m is released (by thread 0, after a CTA
@@ -411,54 +417,128 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const bool full_tile = m0 + kBM <= sq && n0 + kBN <= sk &&
                            (!has_window || (mi.key_begin(m0 + kBM - 1) <= n0 &&
                                             mi.key_end(m0) >= n0 + kBN));
-    auto pointwise = [&](auto kMasked) {
-#pragma unroll
-      for (int c = 0; c < kNT1; ++c) {
+    auto pointwise = [&](auto kMasked, auto kCap) {
+      constexpr bool kM = decltype(kMasked)::value, kC = decltype(kCap)::value;
+      // This lane's query rows ml0, ml0 + 1 of column tile c: their LSE, D and (masked) the
+      // visible keys [kb, ke) (empty past sq): one range test per element, no branches.
+      struct Rows {
+        float2 lse2, dsum2;
+        int kb[2], ke[2];
+      };
+      auto rows_of = [&](int c) {
+        Rows r;
         const int ml0 = wm1 * Tile::kTileMSdP + c * 8 + (lane % 4) * 2;
-        const float2 lse2 = *reinterpret_cast<const float2*>(sLs + ml0);
-        const float2 dsum2 = *reinterpret_cast<const float2*>(sDs + ml0);
-        // Visible keys [kb, ke) of this lane's two query rows (empty past sq): one range test
-        // per element, no branches (visible()'s early returns compiled to one per element).
-        int kb[2] = {0, 0}, ke[2] = {0, 0};
-        if constexpr (decltype(kMasked)::value) {
+        r.lse2 = *reinterpret_cast<const float2*>(sLs + ml0);
+        r.dsum2 = *reinterpret_cast<const float2*>(sDs + ml0);
+        r.kb[0] = r.kb[1] = r.ke[0] = r.ke[1] = 0;
+        if constexpr (kM) {
 #pragma unroll
           for (int par = 0; par < 2; ++par) {
             const int i = m0 + ml0 + par, ci = i + shift;  // key_begin / key_end, as selects
             const int lo = mi.window_left >= 0 ? ci - mi.window_left : 0;
             const int hi = mi.window_right >= 0 ? ci + mi.window_right + 1 : sk;
-            kb[par] = max(lo, 0);
-            ke[par] = i < sq ? min(hi, sk) : 0;
+            r.kb[par] = max(lo, 0);
+            r.ke[par] = i < sq ? min(hi, sk) : 0;
           }
         }
+        return r;
+      };
+      // Element e of tile (a, c); z = Z * dropout_scale (1 without dropout).
+      auto element = [&](int a, int c, int e, const Rows& r, float z) {
+        float x, dtanh = 1.f;
+        if constexpr (kC) {
+          const float t = fast_tanh(acc_s[a][c][e] * scale_over_cap);
+          x = t * cap_log2;
+          dtanh = 1.f - t * t;
+        } else {
+          x = acc_s[a][c][e] * scale_log2;
+        }
+        if constexpr (kM) {
+          const int ml0 = wm1 * Tile::kTileMSdP + c * 8 + (lane % 4) * 2;
+          const int nl = wn1 * Tile::kTileNSdP + a * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+          const int i = m0 + ml0 + (e & 1), j = n0 + nl;
+          const int dist = i + shift - j;
+          x -= slope_log2 * static_cast<float>(dist < 0 ? -dist : dist);
+          x = (j >= r.kb[e & 1] && j < r.ke[e & 1]) ? x : -INFINITY;
+        }
+        const float pv = fast_exp2(x - ((e & 1) ? r.lse2.y : r.lse2.x));
+        const float d = (e & 1) ? r.dsum2.y : r.dsum2.x;
+        if constexpr (Has_dropout) {
+          // dV takes Z P scale; dS = P (Z dP scale - D).
+          acc_s[a][c][e] = pv * z;
+          acc_dp[a][c][e] = pv * (acc_dp[a][c][e] * z - d) * dtanh;
+        } else {
+          acc_s[a][c][e] = pv;
+          acc_dp[a][c][e] = pv * (acc_dp[a][c][e] - d) * dtanh;
+        }
+      };
+      if constexpr (!Has_dropout) {
 #pragma unroll
-        for (int a = 0; a < kMT1; ++a)
+        for (int c = 0; c < kNT1; ++c) {
+          const Rows r = rows_of(c);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x, dtanh = 1.f;
-            if constexpr (Has_softcap) {
-              const float t = fast_tanh(acc_s[a][c][e] * scale_over_cap);
-              x = t * cap_log2;
-              dtanh = 1.f - t * t;
-            } else {
-              x = acc_s[a][c][e] * scale_log2;
-            }
-            if constexpr (decltype(kMasked)::value) {
-              const int nl = wn1 * Tile::kTileNSdP + a * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-              const int i = m0 + ml0 + (e & 1), j = n0 + nl;
-              const int dist = i + shift - j;
-              x -= slope_log2 * static_cast<float>(dist < 0 ? -dist : dist);
-              x = (j >= kb[e & 1] && j < ke[e & 1]) ? x : -INFINITY;
-            }
-            const float pv = fast_exp2(x - ((e & 1) ? lse2.y : lse2.x));
-            acc_s[a][c][e] = pv;
-            acc_dp[a][c][e] = pv * (acc_dp[a][c][e] - ((e & 1) ? dsum2.y : dsum2.x)) * dtanh;
+          for (int a = 0; a < kMT1; ++a)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) element(a, c, e, r, 1.f);
+        }
+      } else {
+        // The 16 x 16 blocks (a, cp) of this warp tile (key tile a, query tiles 2 cp, 2 cp +
+        // 1), two per Philox call (dropout_lanes.cuh): paired along a when kMT1 is even,
+        // else along cp when that count is even, else each block alone (both lanes draw it).
+        constexpr int kCp = kNT1 / 2;
+        constexpr bool kAlongA = kMT1 % 2 == 0, kAlongCp = !kAlongA && kCp % 2 == 0;
+        constexpr int kPairs = kAlongA ? kMT1 / 2 * kCp : kAlongCp ? kMT1 * kCp / 2 : kMT1 * kCp;
+        const float keep_z = p.dropout_scale;
+#pragma unroll
+        for (int pi = 0; pi < kPairs; ++pi) {
+          int a0, cp0, a1, cp1;
+          if constexpr (kAlongA) {
+            a0 = 2 * (pi % (kMT1 / 2)), cp0 = pi / (kMT1 / 2), a1 = a0 + 1, cp1 = cp0;
+          } else if constexpr (kAlongCp) {
+            a0 = pi % kMT1, cp0 = 2 * (pi / kMT1), a1 = a0, cp1 = cp0 + 1;
+          } else {
+            a0 = a1 = pi % kMT1, cp0 = cp1 = pi / kMT1;
           }
+          auto qblk = [&](int cp) { return (m0 + wm1 * Tile::kTileMSdP + cp * 16) >> 4; };
+          auto kblk = [&](int a) { return (n0 + wn1 * Tile::kTileNSdP + a * 16) >> 4; };
+          uint32_t w[2][2];
+          dropout_words_st(rng, qblk(cp0), kblk(a0), qblk(cp1), kblk(a1), lane, w[0], w[1]);
+          constexpr int kBlocks = (kAlongA || kAlongCp) ? 2 : 1;
+#pragma unroll
+          for (int blk = 0; blk < kBlocks; ++blk) {
+            const int a = blk ? a1 : a0, cp = blk ? cp1 : cp0;
+            const uint32_t kept[2] = {dropout_kept4(rng, w[blk][0]),
+                                      dropout_kept4(rng, w[blk][1])};
+#pragma unroll
+            for (int ch = 0; ch < 2; ++ch) {
+              const int c = 2 * cp + ch;
+              const Rows r = rows_of(c);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const bool keep = (kept[e & 1] >> (8 * (2 * ch + (e >> 1)))) & 1u;
+                element(a, c, e, r, keep ? keep_z : 0.f);
+              }
+            }
+          }
+        }
       }
     };
-    if (!full_tile || slope_log2 != 0.f)
-      pointwise(std::true_type{});
-    else
-      pointwise(std::false_type{});
+    const bool masked = !full_tile || slope_log2 != 0.f;
+    if constexpr (Has_dropout) {
+      if (masked) {
+        if (softcap_on) pointwise(std::true_type{}, std::true_type{});
+        else pointwise(std::true_type{}, std::false_type{});
+      } else {
+        if (softcap_on) pointwise(std::false_type{}, std::true_type{});
+        else pointwise(std::false_type{}, std::false_type{});
+      }
+    } else {
+      const std::integral_constant<bool, Has_softcap> cap_flag;
+      if (masked)
+        pointwise(std::true_type{}, cap_flag);
+      else
+        pointwise(std::false_type{}, cap_flag);
+    }
 
     // dS^T (and P^T on the smem path) to smem: [key row][query col], swizzled.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

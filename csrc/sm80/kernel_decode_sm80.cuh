@@ -353,13 +353,24 @@ __global__ void __launch_bounds__(T::kThreads)
       const float mw = sml[(w * kM + tid) * 2];
       if (mw != -INFINITY) l += sml[(w * kM + tid) * 2 + 1] * exp2f(mw - m);
     }
-    srow[2 * tid] = m;
-    srow[2 * tid + 1] = l > 0.f ? 1.f / l : 0.f;
-    // lse (natural log) of the row over this split's keys; -inf when it saw none.
+    // lse (natural log) of the row over this split's keys; -inf when it saw none. Without
+    // splits the sink (params.h) joins here: its e^sink in the sum, against max(m, sink).
     const int r = r0 + tid;
+    float inv = l > 0.f ? 1.f / l : 0.f;
+    float lse2 = l > 0.f ? m + log2f(l) : -INFINITY;
+    if (num_splits == 1 && p.sink_ptr != nullptr && r < rows) {
+      const float sink2 = p.sink_ptr[hk * a.group + r % a.group] * 1.4426950408889634f;
+      const float big = fmaxf(m, sink2);
+      const float w = l > 0.f ? exp2f(m - big) : 0.f;
+      const float total = l * w + (sink2 == -INFINITY ? 0.f : exp2f(sink2 - big));
+      inv = total > 0.f ? w / total : 0.f;
+      lse2 = total > 0.f ? big + log2f(total) : -INFINITY;
+    }
+    srow[2 * tid] = m;
+    srow[2 * tid + 1] = inv;
     if (r < rows) {
       const int tk = r / a.group, h = hk * a.group + r % a.group;
-      const float lse = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
+      const float lse = lse2 * 0.6931471805599453f;
       if (num_splits == 1) {
         p.lse_ptr[b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + tk] = lse;
       } else {
@@ -410,7 +421,8 @@ __global__ void __launch_bounds__(T::kThreads)
 }
 
 // Merges the num_splits partial outputs of every row (one warp per row): weights exp(lse_s -
-// max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s). Rows of no sequence (varlen
+// max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the
+// sum when there is one). Rows of no sequence (varlen
 // padding) read the zeroed workspace and write zeros there.
 template <typename Element>
 __global__ void __launch_bounds__(128)
@@ -431,6 +443,15 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
   const int h = static_cast<int>(row / p.total_q);
+  // The sink (params.h) as one more part of output 0: its e^sink joins the sum.
+  if (p.sink_ptr != nullptr) {
+    const float sink = p.sink_ptr[h];
+    if (sink != -INFINITY) {
+      const float big = fmaxf(m, sink);
+      l = (m == -INFINITY ? 0.f : l * expf(m - big)) + expf(sink - big);
+      m = big;
+    }
+  }
   const int64_t q_row = row % p.total_q;
   const int64_t b = p.is_varlen ? 0 : q_row / p.seqlen_q;
   const int64_t tk = p.is_varlen ? q_row : q_row % p.seqlen_q;

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/dropout_lanes.cuh"
 #include "../common/mask.h"
 #include "../common/params.h"
+#include "../common/row_finish.h"
 #include "../common/score_mod.h"
 #include "../common/seqlen.h"
 #include "primitives_sm80.cuh"
@@ -146,7 +148,10 @@ __device__ __forceinline__ float quad_sum(float x) {
 // Is_even_K: headdim == headdim_v == kHeadDim and every tensor 16-byte aligned (no column masks).
 // Has_score_mod: softcap and/or ALiBi (or a non-positive scale): scores are transformed to
 // natural-log units before the softmax; otherwise the raw q.k feeds exp2 with the folded scale.
-template <typename Traits, bool Is_even_K, bool Has_score_mod>
+// Has_dropout: dropout (params.h) on P before P V; such a kernel decides the score transform
+// at run time (one instantiation for both). The attention sink is a run-time option of every
+// variant (the epilogue only).
+template <typename Traits, bool Is_even_K, bool Has_score_mod, bool Has_dropout = false>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
     fwd_kernel_sm80(const __grid_constant__ FwdParams p, const bool vec_ok,
                     const bool heavy_first) {
@@ -214,7 +219,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
     row_max[r] = -INFINITY;
     row_sum[r] = 0.f;
   }
-  const float scale_log2 = Has_score_mod ? 1.4426950408889634f : p.softmax_scale_log2;
+  // The dropout variant takes the score transform as a run-time switch (uniform).
+  const bool score_mod_on =
+      Has_score_mod || (Has_dropout && (p.softcap > 0.f || p.alibi_slopes != nullptr ||
+                                        !(p.softmax_scale > 0.f)));
+  const float scale_log2 = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
+  DropoutRng rng{};
+  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
 
   // This thread's rows in the block: row(mi, half) = mi*16*kNWarps + warp*16 + g + 8*half.
   const int g = lane >> 2, t = lane & 3;
@@ -312,7 +323,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
         }
       }
 
-      if constexpr (Has_score_mod) {
+      if (Has_score_mod || (Has_dropout && score_mod_on)) {
         const float slope = alibi_slope(p, b, h);
         const bool has_cap = p.softcap > 0.f;
         const float cap = p.softcap, inv_cap = has_cap ? 1.f / p.softcap : 0.f;
@@ -386,6 +397,34 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
             acc_o[mi][ni][2 * half + 1] *= corr;
           }
         }
+      // Dropout: the sums above are the undropped softmax's (params.h); Z zeroes what P V
+      // sees (the 1 / (1 - p) is applied to O at the end). Pairs of 16-column blocks share
+      // one Philox call per lane (dropout_lanes.cuh).
+      if constexpr (Has_dropout) {
+        static_assert(kNFragsS % 4 == 0, "dropout pairs 16-column blocks");
+#pragma unroll
+        for (int mi = 0; mi < kMFrags; ++mi)
+#pragma unroll
+          for (int pp = 0; pp < kNFragsS / 4; ++pp) {
+            uint32_t wa[2], wb[2];
+            dropout_words_s(rng, (m0 + mi * 16 * kNWarps + warp * 16) >> 4,
+                            (n0 >> 4) + 2 * pp, lane, wa, wb);
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+#pragma unroll
+              for (int blk = 0; blk < 2; ++blk) {
+                const uint32_t kept = dropout_kept4(rng, blk ? wb[half] : wa[half]);
+#pragma unroll
+                for (int n2 = 0; n2 < 2; ++n2)
+#pragma unroll
+                  for (int e = 0; e < 2; ++e) {
+                    float& x = acc_s[mi][4 * pp + 2 * blk + n2][2 * half + e];
+                    x = (kept >> (8 * (2 * n2 + e))) & 1u ? x : 0.f;
+                  }
+              }
+          }
+      }
+
       // P as the A operand: the m16n8 accumulators of n-tiles 2kk, 2kk+1 form one m16k16 tile.
 #pragma unroll
       for (int mi = 0; mi < kMFrags; ++mi)
@@ -416,9 +455,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   }
 
   // Epilogue: O / rowsum through shared memory (the Q tile) for coalesced 16-byte stores;
-  // lse = max*scale + ln(sum), -inf (and O = 0) for a row with no visible key.
+  // lse = max*scale + ln(sum), -inf (and O = 0) for a row with no visible key; with a sink,
+  // row_finish.h.
   __syncthreads();  // every warp is done reading Q / K / V tiles
   const float lse_scale = scale_log2 * kLn2;
+  const float out_scale = Has_dropout ? p.dropout_scale : 1.f;
+  const bool has_sink = p.sink_ptr != nullptr;
+  const float sink = has_sink ? p.sink_ptr[h] : 0.f;
   float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + m0;
 #pragma unroll
   for (int mi = 0; mi < kMFrags; ++mi)
@@ -426,10 +469,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
     for (int half = 0; half < 2; ++half) {
       const int r = 2 * mi + half;
       const float sum = quad_sum(row_sum[r]);
-      const float inv = sum == 0.f ? 0.f : 1.f / sum;
+      const RowFinish fin = finish_row(sum, row_max[r] * lse_scale, has_sink, sink, out_scale);
+      const float inv = fin.inv;
       const int row = row_of(mi, half);
-      if (t == 0 && row < rows_q)
-        lse[row] = sum == 0.f ? -INFINITY : row_max[r] * lse_scale + logf(sum);
+      if (t == 0 && row < rows_q) lse[row] = fin.lse;
 #pragma unroll
       for (int ni = 0; ni < kNFragsO; ++ni)
         st_shared_b32(sQ + TileQ::offset(row, ni) + 4 * t,

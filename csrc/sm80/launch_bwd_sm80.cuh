@@ -105,6 +105,11 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
     bwd_preprocess_kernel<kHeadDim, Element><<<grid, 256, 0, stream>>>(args);
     FLASHATTN_LAUNCH_CHECK();
   }
+  // (1b) The sink's gradient, in a fixed order (bitwise reproducible).
+  if (!empty && p.dsink_ptr != nullptr) {
+    bwd_dsink_kernel<<<p.nheads, 256, 0, stream>>>(p);
+    FLASHATTN_LAUNCH_CHECK();
+  }
   // (2) The main kernel.
   if (!empty) {
     if (main_launch != nullptr || !kSm80Main) {
@@ -119,6 +124,9 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
         kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
         FLASHATTN_LAUNCH_CHECK();
       };
+      if (p.dropout_threshold > 0)  // softcap switched inside
+        launch(bwd_main_kernel<Tile, Element, false, true>);
+      else
 #ifndef FLASHATTN_DISABLE_SOFTCAP
       if (p.softcap > 0.f)
         launch(bwd_main_kernel<Tile, Element, true>);

@@ -25,10 +25,10 @@ inline bool fwd_vectorizable(const FwdParams& p) {
          st(p.o_row_stride) && st(p.o_head_stride);
 }
 
-template <typename Traits, bool Is_even_K, bool Has_score_mod>
+template <typename Traits, bool Is_even_K, bool Has_score_mod, bool Has_dropout = false>
 void launch_fwd(const FwdParams& p, bool vec_ok, dim3 grid, cudaStream_t stream,
                 bool heavy_first = false) {
-  auto kernel = fwd_kernel_sm80<Traits, Is_even_K, Has_score_mod>;
+  auto kernel = fwd_kernel_sm80<Traits, Is_even_K, Has_score_mod, Has_dropout>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
     FLASHATTN_CUDA_CHECK(
@@ -53,6 +53,12 @@ void launch_fwd_variants(const FwdParams& p, cudaStream_t stream, int heavy_min_
   // selftest_fwd_sm80). The kernel's linear block index is 32-bit: only below 2^31 blocks.
   const bool heavy_first = p.seqlen_q >= heavy_min_seqlen &&
       heavy_first_ok(p.window_left, p.window_right, m_blocks * p.nheads * p.batch);
+  // Dropout: one variant per Is_even_K (the score transform switched inside).
+  if (p.dropout_threshold > 0) {
+    if (even_k) launch_fwd<Traits, true, false, true>(p, vec_ok, grid, stream, heavy_first);
+    else launch_fwd<Traits, false, false, true>(p, vec_ok, grid, stream, heavy_first);
+    return;
+  }
   if (even_k) {
     if (score_mod) launch_fwd<Traits, true, true>(p, vec_ok, grid, stream, heavy_first);
     else launch_fwd<Traits, true, false>(p, vec_ok, grid, stream, heavy_first);

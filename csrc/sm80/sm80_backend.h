@@ -24,6 +24,8 @@ void run_fwd(const FwdParams& params, void* stream);
 void run_kvcache_append(const FwdParams& params, const KvAppendParams& append, void* stream);
 WorkspaceSizes fwd_kvcache_workspace(const FwdParams& params);
 void run_fwd_kvcache(const FwdParams& params, void* stream);
+// S of params.h (return_attn_probs=True): p.s_ptr zeroed by the API, p.lse_ptr the forward's.
+void run_attn_probs(const FwdParams& params, void* stream);
 BwdWorkspaceSizes bwd_workspace(const BwdParams& params);
 void run_bwd(const BwdParams& params, void* stream);
 

@@ -15,6 +15,7 @@
 
 #include "../common/mask.h"
 #include "../common/params.h"
+#include "../common/row_finish.h"
 #include "../common/score_mod.h"
 #include "../common/seqlen.h"
 #include "primitives_sm90.cuh"
@@ -371,11 +372,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // Epilogue: O / rowsum in Element straight from registers, columns below headdim_v (a
-    // multiple of 8); lse = max * scale + ln(sum), -inf (and O = 0) for a row with no key.
+    // multiple of 8); lse = max * scale + ln(sum), -inf (and O = 0) for a row with no key;
+    // the sink joins the sum (row_finish.h).
     Element* out = static_cast<Element*>(p.o_ptr) + ti.b * p.o_batch_stride +
                    ti.h * p.o_head_stride + ti.si.q_row0 * p.o_row_stride;
     float* lse = p.lse_ptr + ti.b * p.lse_batch_stride + ti.h * p.lse_head_stride + ti.si.q_row0;
     const int dv_blocks = p.headdim_v / 8;
+    const bool has_sink = p.sink_ptr != nullptr;  // params.h; row_finish.h
+    const float sink = has_sink ? p.sink_ptr[ti.h] : 0.f;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = row_sum[r];
@@ -383,16 +387,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       sum += __shfl_xor_sync(0xffffffff, sum, 2);
       const int row = row0 + 8 * r;
       if (row >= ti.si.seqlen_q) continue;
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const RowFinish fin = finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f,
+                                       has_sink, sink, 1.f);
+      const float inv = fin.inv;
       Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll
       for (int j = 0; j < kON; ++j)
         if (j < dv_blocks)
           *reinterpret_cast<uint32_t*>(orow + j * 8) =
               pack_x2<Element>(o[j * 4 + 2 * r] * inv, o[j * 4 + 2 * r + 1] * inv);
-      if (lane % 4 == 0)
-        lse[row] =
-            sum == 0.f ? -INFINITY : row_max[r] * scale_log2 * 0.6931471805599453f + logf(sum);
+      if (lane % 4 == 0) lse[row] = fin.lse;
     }
   }
 }

@@ -73,6 +73,7 @@ inline bool strides_ok(int64_t a, int64_t b, int64_t c, int64_t m) {
 inline const char* fwd_unsupported(const FwdParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)
     return "dtype (it takes float16 and bfloat16)";
+  if (p.dropout_threshold > 0) return "dropout (not yet: the sm80 kernels run it)";
   if (fwd_variant(p.headdim, p.headdim_v) < 0)
     return "head dim (it takes qk and v head dims that are multiples of 8, up to 256)";
   if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0) return "nheads not a multiple of nheads_k";

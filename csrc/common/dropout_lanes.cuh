@@ -1,0 +1,78 @@
+// Dropout's keep bytes (params.h, philox.h) as the lanes of a warp hold score tiles, for the
+// CUDA kernels (sm80, sm90). A 16 x 16 block of the (query, key) plane is 16 Philox units; in
+// both accumulator orientations lanes L and L ^ 4 hold the same unit of a block (philox.h), so
+// a lane pair splits two blocks A, B: the even lane of the pair draws A, the odd one B, and
+// they swap the halves the other holds (2 shuffles per lane and pair of blocks).
+#pragma once
+#include <cstdint>
+
+#include "philox.h"
+
+namespace flashattn {
+
+struct DropoutRng {
+  uint64_t seed, offset;
+  uint32_t threshold4;  // the 8-bit threshold in every byte (for __vcmpgeu4)
+  int32_t b, h;
+};
+
+__device__ __forceinline__ DropoutRng dropout_rng(const int64_t* rng_state, uint32_t threshold,
+                                                  int b, int h) {
+  return DropoutRng{static_cast<uint64_t>(rng_state[0]), static_cast<uint64_t>(rng_state[1]),
+                    threshold * 0x01010101u, b, h};
+}
+
+// 0xff in each byte whose Philox byte keeps its cell, 0 where dropped.
+__device__ __forceinline__ uint32_t dropout_kept4(const DropoutRng& r, uint32_t word) {
+  return __vcmpgeu4(word, r.threshold4);
+}
+
+// S orientation (forward; rows = queries): lane (g = lane / 4, t = lane % 4) holds rows
+// {g, g + 8} and columns {2t, 2t + 1, 2t + 8, 2t + 9} of a block, unit (g / 2, t). Blocks A =
+// (I, J) and B = (I, J + 1). On return a[half] / b[half]: the keep word of row g + 8 half in
+// A / B, whose byte (ni & 1) * 2 + e is column (ni & 1) * 8 + 2t + e (ni the n8 tile).
+__device__ __forceinline__ void dropout_words_s(const DropoutRng& r, int I, int J, int lane,
+                                                uint32_t (&a)[2], uint32_t (&b)[2]) {
+  const int g = lane >> 2, t = lane & 3;
+  const bool odd = g & 1;
+  const Philox4 x = dropout_bits(r.seed, r.offset, r.b, r.h, I, J + (odd ? 1 : 0),
+                                 (g >> 1) * 4 + t);
+  // Rows g (word 2 (g & 1)) and g + 8 (word 2 (g & 1) + 1): the even lane keeps words 0, 1
+  // of A and sends 2, 3; the odd lane keeps 2, 3 of B and sends 0, 1.
+  const uint32_t s0 = odd ? x.x[0] : x.x[2], s1 = odd ? x.x[1] : x.x[3];
+  const uint32_t r0 = __shfl_xor_sync(0xffffffffu, s0, 4);
+  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, s1, 4);
+  a[0] = odd ? r0 : x.x[0];
+  a[1] = odd ? r1 : x.x[1];
+  b[0] = odd ? x.x[2] : r0;
+  b[1] = odd ? x.x[3] : r1;
+}
+
+// S^T orientation (backward; rows = keys): lane (k = lane / 4, q = lane % 4) holds key columns
+// {k, k + 8} and query rows {2q, 2q + 1, 2q + 8, 2q + 9} of a block, unit (q, k / 2). Blocks
+// A = (I, J) and B = (I2, J2) (query block I, key block J). On return a[e & 1] / b[e & 1]: the
+// keep bytes of A / B, byte ch * 2 + (e >> 1) for query row ch * 8 + 2q + (e & 1) and key
+// column k + 8 (e >> 1) (e the accumulator element of an m16n8 tile over 16 keys x 8
+// queries, ch the half of the 16 query rows).
+__device__ __forceinline__ void dropout_words_st(const DropoutRng& r, int I, int J, int I2,
+                                                 int J2, int lane, uint32_t (&a)[2],
+                                                 uint32_t (&b)[2]) {
+  const int k = lane >> 2, q = lane & 3;
+  const bool odd = k & 1;
+  const Philox4 x = dropout_bits(r.seed, r.offset, r.b, r.h, odd ? I2 : I, odd ? J2 : J,
+                                 q * 4 + (k >> 1));
+  // Word w = ((row & 1) << 1) | (row >> 3) holds key column k at byte (k & 1) and k + 8 at
+  // byte 2 + (k & 1): this lane keeps bytes {k & 1, 2 + (k & 1)} of every word, packed two
+  // words to one (words 0, 1 -> a[0]; 2, 3 -> a[1]), and sends the other two.
+  const uint32_t keep = odd ? 0x7531u : 0x6420u, send = odd ? 0x6420u : 0x7531u;
+  const uint32_t k0 = __byte_perm(x.x[0], x.x[1], keep), k1 = __byte_perm(x.x[2], x.x[3], keep);
+  const uint32_t s0 = __byte_perm(x.x[0], x.x[1], send), s1 = __byte_perm(x.x[2], x.x[3], send);
+  const uint32_t r0 = __shfl_xor_sync(0xffffffffu, s0, 4);
+  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, s1, 4);
+  a[0] = odd ? r0 : k0;
+  a[1] = odd ? r1 : k1;
+  b[0] = odd ? k0 : r0;
+  b[1] = odd ? k1 : r1;
+}
+
+}  // namespace flashattn
