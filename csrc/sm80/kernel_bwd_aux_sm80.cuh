@@ -122,6 +122,8 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const __grid_consta
 // dsink_h = -sum over every sequence's rows i of exp(sink_h - lse_i) * D_i (params.h), after
 // the preprocessing wrote D. One CTA per head; each thread sums a fixed set of rows, then a
 // fixed tree: the same bits on every run. Rows with lse = sink = -inf add nothing.
+// A template (per Element) so that each translation unit's copy is a weak definition.
+template <typename Element>
 __global__ void __launch_bounds__(256) bwd_dsink_kernel(const __grid_constant__ BwdParams p) {
   const int h = blockIdx.x;
   const float sink = p.sink_ptr[h];
