@@ -292,16 +292,20 @@ def test_dropout_arguments(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_kernel_path(device):
-    """CPU runs dropout and sinks; a CUDA call names the missing kernels (issue 15)."""
+    """CPU runs dropout and sinks; on CUDA dropout runs on the sm80 kernels in both directions
+    (the sm90 and decode kernels have none), a sink wherever the call would run without it."""
     q = rand([1, 8, 2, 64], torch.bfloat16, device)
     sink = torch.zeros(2, device=device)
-    for kw in (dict(dropout_p=0.1), dict(learnable_sink=sink)):
-        for direction in ("fwd", "bwd"):
+    for direction in ("fwd", "bwd"):
+        plain = flashattn.kernel_path(q, q, q, direction=direction)
+        for kw in (dict(dropout_p=0.1), dict(learnable_sink=sink)):
+            path = flashattn.kernel_path(q, q, q, direction=direction, **kw)
             if device == "cpu":
-                assert flashattn.kernel_path(q, q, q, direction=direction, **kw) == "cpu"
+                assert path == "cpu"
+            elif "dropout_p" in kw:
+                assert path in ("sm80", "sm80-ptx"), path
             else:
-                with pytest.raises(RuntimeError, match=r"not built yet \(issue 15\)"):
-                    flashattn.kernel_path(q, q, q, direction=direction, **kw)
+                assert path == plain, (path, plain)
 
 
 # opcheck and torch.compile ---------------------------------------------------------------
@@ -363,7 +367,8 @@ def test_compile(device, backend):
         o = flashattn.flash_attn_func(q, k, v, dropout_p=0.2, causal=True, learnable_sink=sink)
         ov = flashattn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 33, 33, dropout_p=0.4,
                                               learnable_sink=sink)
-        return o.sum() + ov.square().sum()
+        # In fp32: a bf16 scalar sum rounds differently when inductor fuses it (1 ulp).
+        return o.float().sum() + ov.float().square().sum()
 
     def run(fn):
         torch.manual_seed(99)

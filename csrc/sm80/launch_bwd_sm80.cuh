@@ -107,7 +107,7 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
   }
   // (1b) The sink's gradient, in a fixed order (bitwise reproducible).
   if (!empty && p.dsink_ptr != nullptr) {
-    bwd_dsink_kernel<Element><<<p.nheads, 256, 0, stream>>>(p);
+    bwd_dsink_kernel<Element><<<p.nheads, kDsinkThreads, 0, stream>>>(p);
     FLASHATTN_LAUNCH_CHECK();
   }
   // (2) The main kernel.
