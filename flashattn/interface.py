@@ -19,8 +19,9 @@ reproduces a call and CUDA-graph replays draw fresh masks) and of (batch, head, 
 backward regenerates it. learnable_sink (FA4's name): fp32 (nheads,), a logit per head in the
 units of the scaled scores whose exp joins every row's softmax denominator (a key of value 0);
 softmax_lse includes it, a row that sees no key gets out = 0 and softmax_lse = sink, and the
-sink gets a gradient. Both run on the CPU backend; the CUDA kernels are not built yet (issue
-15): a CUDA call raises RuntimeError naming that.
+sink gets a gradient. Both run on every backend: CPU, and on CUDA the sm80 kernels (dropout:
+forward and backward; on a Hopper GPU a dropout call runs them, the sm90 kernels have no dropout
+yet) and the sm90 ones (sinks); dropout with paged KV (block_table) on CUDA raises.
 
 Checks on tensors (shapes, dtypes, devices, head dims) are the C++ op's; this layer checks only
 what the op cannot see.
@@ -116,8 +117,7 @@ def flash_attn_func(
         q: (batch, seqlen_q, nheads, headdim).
         k: (batch, seqlen_k, nheads_k, headdim).
         v: (batch, seqlen_k, nheads_k, headdim_v).
-        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
-            CPU only for now.
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring).
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -161,8 +161,7 @@ def flash_attn_kvpacked_func(
     Arguments:
         q: (batch, seqlen_q, nheads, headdim).
         kv: (batch, seqlen_k, 2, nheads_k, headdim).
-        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
-            CPU only for now.
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring).
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -204,8 +203,7 @@ def flash_attn_qkvpacked_func(
 
     Arguments:
         qkv: (batch, seqlen, 3, nheads, headdim).
-        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
-            CPU only for now.
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring).
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -261,8 +259,7 @@ def flash_attn_varlen_func(
         cu_seqlens_k: int32 (batch + 1,), the same for k and v.
         max_seqlen_q: int, at least the longest query length.
         max_seqlen_k: int, at least the longest key length.
-        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
-            CPU only for now.
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring).
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -328,8 +325,7 @@ def flash_attn_varlen_kvpacked_func(
         cu_seqlens_k: int32 (batch + 1,), cumulative key lengths (row offsets into kv).
         max_seqlen_q: int, at least the longest query length.
         max_seqlen_k: int, at least the longest key length.
-        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
-            CPU only for now.
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring).
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -376,8 +372,7 @@ def flash_attn_varlen_qkvpacked_func(
         qkv: (total, 3, nheads, headdim).
         cu_seqlens: int32 (batch + 1,), cumulative sequence lengths (row offsets into qkv).
         max_seqlen: int, at least the longest sequence length.
-        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring);
-            CPU only for now.
+        dropout_p: dropout probability in [0, 1), applied whenever > 0 (module docstring).
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask, aligned to the bottom-right corner of the score matrix.
         window_size: (left, right) sliding window, -1 = unbounded on that side.
@@ -511,7 +506,7 @@ def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
     Arguments: those of flash_attn_func (padded) or flash_attn_varlen_func (with cu_seqlens_q/k;
     max_seqlen_q/k default to the row counts). Raises RuntimeError saying why when no kernel of
     this build can run the call, or when the call uses a feature the CUDA kernels do not have
-    yet (dropout_p > 0, learnable_sink: issue 15).
+    yet (a block mask: issue 16).
     """
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, learnable_sink, draw_rng=False)
