@@ -360,8 +360,8 @@ def test_forward_only(device):
     with torch.no_grad():  # the forward alone is fine with grad-requiring inputs
         assert not flashattn.flash_attn_func(qg, k, v, v_descale=ds).requires_grad
     # Compiled, the backward is traced with the forward: the same error, at compile time.
-    import torch._dynamo
-    torch._dynamo.reset()
+    import torch._dynamo as dynamo
+    dynamo.reset()
     cf = torch.compile(lambda q: flashattn.flash_attn_func(q, k, v), backend="aot_eager",
                        fullgraph=True)
     with pytest.raises(NotImplementedError, match=msg):
