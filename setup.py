@@ -7,6 +7,8 @@ flashattn/_build_config.py's BUILD_CONFIG):
   FLASHATTN_DISABLE_SM80=1      no portable CUDA kernels
   FLASHATTN_DISABLE_SM90=1      no Hopper kernels
   FLASHATTN_DISABLE_BACKWARD=1  no CUDA backward kernels (the CPU backward stays)
+  FLASHATTN_DISABLE_FP8=1       no FP8 (float8_e4m3fn) forward on any backend: FP8 calls raise
+                                an error naming the flag (issue 14)
   FLASHATTN_LINEINFO=1          nvcc -lineinfo (source lines for profilers and sanitizers;
                                 off by default: a release wheel does not carry them)
   TORCH_CUDA_ARCH_LIST          the CUDA targets (tools/build_archs.py: "9.0a" or "9.0" builds
@@ -29,7 +31,7 @@ import generate_instantiations  # noqa: E402
 import generate_wgmma  # noqa: E402
 
 FLAGS = ["FLASHATTN_DISABLE_CUDA", "FLASHATTN_DISABLE_SM80", "FLASHATTN_DISABLE_SM90",
-         "FLASHATTN_DISABLE_BACKWARD", "FLASHATTN_LINEINFO"]
+         "FLASHATTN_DISABLE_BACKWARD", "FLASHATTN_DISABLE_FP8", "FLASHATTN_LINEINFO"]
 NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler=-fvisibility=hidden"]
 TORCH_TARGET_VERSION = "0x020a000000000000"  # the stable ABI of torch 2.10: runs on >= 2.10
 # The same version as "major.minor": BUILD_CONFIG's torch_target_version (flashattn/__init__.py
@@ -145,6 +147,8 @@ def make_extension():
                if generate_instantiations.file_bucket(p.name) in built_hdims]
         if config["FLASHATTN_DISABLE_BACKWARD"]:
             cu = [p for p in cu if "bwd" not in p.name]
+        if config["FLASHATTN_DISABLE_FP8"]:  # FP8 sources carry "e4m3" in their names
+            cu = [p for p in cu if "e4m3" not in p.name]
         target = targets.get(family, {"sass": [], "ptx": []})
         flags = build_archs.gencode_flags(target)
         if config[key] or not cu or not flags:

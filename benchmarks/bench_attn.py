@@ -10,6 +10,11 @@ and our speed-up over each peer and the best one. A peer that cannot be set up i
   python benchmarks/bench_attn.py --d 128 --N 2048 8192 --modes fwd   # a quick subset
   python benchmarks/bench_attn.py --memory --modes                    # peak memory only
   python benchmarks/bench_attn.py --device cpu --N 512 --tokens 512 --hidden 256  # dry run
+  python benchmarks/bench_attn.py --dtype fp8 --json /tmp/h200_fp8.json  # FP8 vs our bf16
+--dtype fp8 (issue 14) times our FP8 forward (random descales) against our bf16 forward of the
+same cell in the same run (column flashattn_bf16, ratio fp8/bf16); rows carry dtype "e4m3";
+no SDPA peer (SDPA has no FP8); forward only. Where our FP8 forward cannot run (no sm90 FP8
+kernel yet, another GPU, a build without FP8) it stops at once with the reason.
 """
 
 import argparse
@@ -31,8 +36,9 @@ MEMORY_N = (4096, 16384, 65536)
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", nargs="*", default=["fwd", "bwd"], choices=["fwd", "bwd"],
-                        help="directions to time; none at all skips the timing grid")
+    parser.add_argument("--modes", nargs="*", default=None, choices=["fwd", "bwd"],
+                        help="directions to time (default fwd bwd; fwd with --dtype fp8); none "
+                             "at all skips the timing grid")
     parser.add_argument("--d", nargs="+", type=int, default=[64, 128, 256])
     parser.add_argument("--N", nargs="+", type=int, default=[512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--causal", nargs="+", type=int, default=[0, 1], choices=[0, 1])
@@ -180,21 +186,40 @@ def silent_peers(required: list, result: dict) -> list:
             if not any(row.get(name) is not None for row in rows)]
 
 
+def fp8_setup(args: argparse.Namespace, device: torch.device) -> list:
+    """--dtype fp8: the implementations (ours FP8 and ours bf16), or an exit naming why not."""
+    if "bwd" in args.modes:
+        sys.exit("bench_attn.py: --dtype fp8: FP8 attention is forward only (issue 14); "
+                 "use --modes fwd")
+    if args.memory:
+        sys.exit("bench_attn.py: --dtype fp8: --memory measures fwd+bwd, which FP8 has not")
+    why = bench.fp8_unavailable(device)
+    if why:
+        sys.exit(f"bench_attn.py: --dtype fp8: our FP8 forward cannot run on {device}: {why}")
+    return bench.fp8_implementations(args.impls)
+
+
 def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
     dtype = bench.DTYPES[args.dtype]
-    impls = bench.implementations(device, args.impls, args.deterministic, args.dropout,
-                                  args.sink)
+    fp8 = dtype == bench.FP8
+    if args.modes is None:
+        args.modes = ["fwd"] if fp8 else ["fwd", "bwd"]
+    impls = (fp8_setup(args, device) if fp8 else
+             bench.implementations(device, args.impls, args.deterministic, args.dropout,
+                                   args.sink))
     missing = missing_peers(args.require_peer, impls, device, args.impls)
     if missing:
         sys.exit("bench_attn.py: --require-peer: cannot set up " + "; ".join(missing))
     result = {"header": header(device, args), "rows": []}
     peers = [impl.name for impl in impls if impl.name not in bench.OURS_ALL]
+    if fp8:
+        peers = [f"{bench.OURS_BF16} (our bf16 forward; random descales)"]
     print(f"flashattn vs {', '.join(peers) or 'no peer'} on "
           f"{result['header']['gpu'] or 'cpu'}, {args.dtype}, "
           f"torch {torch.__version__}, commit {result['header']['commit'][:12]}")
-    if device.type == "cuda" and result["header"]["fa4_off"] and \
+    if device.type == "cuda" and not fp8 and result["header"]["fa4_off"] and \
             (args.impls is None or bench.FA4 in args.impls):
         print(f"fa4 left out: {result['header']['fa4_off']}", file=sys.stderr)
     if args.modes:
@@ -203,6 +228,8 @@ def main() -> None:
                  for N in args.N]
         timing = bench.Timing(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
         result["rows"] = bench.run_cells(cells, impls, device, timing)
+        if fp8:
+            print("\n".join(bench.fp8_summary_lines(result["rows"])), flush=True)
     if args.decode:
         if device.type == "cuda":
             from flashattn import bench_decode

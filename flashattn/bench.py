@@ -29,7 +29,8 @@ OURS = "flashattn"
 OURS_DET = "flashattn_det"  # ours with deterministic=True (backward cells only)
 OURS_DROP = "flashattn_drop"  # ours with dropout_p = DROPOUT_P (issue 15's cost target)
 OURS_SINK = "flashattn_sink"  # ours with a learnable_sink (issue 15's cost target)
-OURS_ALL = (OURS, OURS_DET, OURS_DROP, OURS_SINK)  # our implementations: never peers
+OURS_BF16 = "flashattn_bf16"  # our bf16 forward on the FP8 cells (--dtype fp8): the ratio's base
+OURS_ALL = (OURS, OURS_DET, OURS_DROP, OURS_SINK, OURS_BF16)  # ours: never peers
 # Ours with an option, each against ours without: the ratio column's name.
 VARIANTS = {OURS_DET: "det/def", OURS_DROP: "drop/def", OURS_SINK: "sink/def"}
 DROPOUT_P = 0.1
@@ -42,11 +43,16 @@ SDPA_PEERS = (
 SDPA_CPU = "sdpa"  # torch's CPU SDPA, the peer on the CPU
 FA4 = "fa4"  # FlashAttention-4's flash_attn.cute.flash_attn_func (CUDA only)
 PEER_NAMES = tuple(name for name, _ in SDPA_PEERS) + (SDPA_CPU, FA4)
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+          "fp8": torch.float8_e4m3fn}
+FP8 = torch.float8_e4m3fn
 DEFAULT_L2_BYTES = 60 * 2**20  # H100/H200; used when the device does not report it
 
 
 def dtype_name(dtype: torch.dtype) -> str:
+    """The rows' name of a dtype: "e4m3" for FP8 (conventions), else the --dtype name."""
+    if dtype == FP8:
+        return "e4m3"
     return next(name for name, value in DTYPES.items() if value == dtype)
 
 
@@ -119,6 +125,9 @@ class Impl:
     context: Callable[[], ContextManager] = contextlib.nullcontext
     modes: tuple = ("fwd", "bwd")  # the cell modes it is timed on
     rejects: tuple = (RuntimeError,)  # the exceptions by which it rejects a cell (attempt)
+    # inputs(cell, device, grad) -> the tensors fn takes before `causal`; None: q, k, v of the
+    # cell's shape and dtype (randn)
+    inputs: Optional[Callable] = None
 
 
 def _sdpa(q, k, v, causal):
@@ -165,6 +174,42 @@ def _fa4(func: Callable) -> Callable:
         out = func(q, k, v, causal=causal)
         return out[0] if isinstance(out, tuple) else out
     return fn
+
+
+def _fp8_inputs(cell, device, grad):
+    """FP8 q, k, v (randn cast to e4m3) and random fp32 descales in [0.5, 2) per (batch, head)."""
+    shape = cell.shape(heads_first=False)
+    qkv = [torch.randn(shape, device=device, dtype=torch.bfloat16).to(FP8) for _ in range(3)]
+    return (*qkv, *(torch.rand(cell.B, cell.H, device=device) * 1.5 + 0.5 for _ in range(3)))
+
+
+def _bf16_inputs(cell, device, grad):
+    return tuple(torch.randn(cell.shape(heads_first=False), device=device, dtype=torch.bfloat16,
+                             requires_grad=grad) for _ in range(3))
+
+
+def _ours_fp8(q, k, v, q_descale, k_descale, v_descale, causal):
+    return flashattn.flash_attn_func(q, k, v, causal=causal, q_descale=q_descale,
+                                     k_descale=k_descale, v_descale=v_descale)
+
+
+def fp8_implementations(names: Optional[list] = None) -> list:
+    """--dtype fp8: our FP8 forward ("flashattn", random descales) and our bf16 forward of the
+    same cell ("flashattn_bf16"), forward only; no peer (SDPA has no FP8)."""
+    impls = [Impl(OURS, _ours_fp8, heads_first=False, modes=("fwd",), inputs=_fp8_inputs),
+             Impl(OURS_BF16, _ours, heads_first=False, modes=("fwd",), inputs=_bf16_inputs)]
+    return [impl for impl in impls if names is None or impl.name in names]
+
+
+def fp8_unavailable(device: torch.device) -> Optional[str]:
+    """Why our FP8 forward cannot run on `device` (flashattn.kernel_path's error: no sm90 FP8
+    kernel yet, a GPU other than sm90, a build without FP8), or None."""
+    q = torch.empty(1, 128, 1, 128, device=device, dtype=FP8)
+    try:
+        flashattn.kernel_path(q, q, q)
+    except RuntimeError as err:
+        return (str(err).strip().splitlines() or [""])[0]
+    return None
 
 
 def unavailable_peers(device: torch.device) -> dict:
@@ -233,6 +278,12 @@ def _make_call(impl: Impl, cell: Cell, device: torch.device) -> tuple:
     """A call timing `impl` on one fresh random input set, and the bytes each call reads.
     bwd: the forward graph is built once and kept; each call is torch.autograd.grad."""
     grad = cell.mode == "bwd"
+    if impl.inputs is not None:
+        tensors = impl.inputs(cell, device, grad)
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        if not grad:
+            return (lambda: impl.fn(*tensors, cell.causal)), nbytes
+        raise ValueError(f"{impl.name}: custom inputs are forward only")
     q, k, v = (torch.randn(cell.shape(impl.heads_first), device=device, dtype=cell.dtype,
                            requires_grad=grad) for _ in range(3))
     nbytes = q.numel() * q.element_size()
@@ -262,7 +313,7 @@ def attempt(impl: Impl, cell: Cell, fn: Callable):
             warnings.simplefilter("ignore")  # SDPA warns at length before it rejects
             return fn()
     except impl.rejects as err:
-        if impl.name == OURS and (isinstance(err, torch.cuda.OutOfMemoryError)
+        if impl.name in OURS_ALL and (isinstance(err, torch.cuda.OutOfMemoryError)
                                   or not str(err).lstrip().startswith("flashattn")):
             raise
         reason = (str(err).strip().splitlines() or [""])[0][:160]
@@ -337,6 +388,12 @@ def det_ratio(row: dict) -> Optional[float]:
     return variant_ratio(row, OURS_DET)
 
 
+def fp8_ratio(row: dict) -> Optional[float]:
+    """Our FP8 forward's speed over our bf16 forward's on the cell (--dtype fp8)."""
+    fp8, bf16 = row.get(OURS), row.get(OURS_BF16)
+    return fp8 / bf16 if fp8 and bf16 else None
+
+
 def best_peer(row: dict, peers: list) -> Optional[str]:
     """The fastest peer that ran the cell."""
     ran = [peer for peer in peers if row.get(peer)]
@@ -352,10 +409,13 @@ class TablePrinter:
         self.names, self.unit = names, unit
         self.peers = [name for name in names if name not in OURS_ALL]
         self.variants = [name for name in VARIANTS if name in names]
+        self.fp8 = OURS_BF16 in names
         ratios = [f"x_{peer.removeprefix('sdpa_')}" for peer in self.peers]
         if len(self.peers) > 1:
             ratios.append("x_best")
         ratios += [VARIANTS[name] for name in self.variants]
+        if self.fp8:
+            ratios.append("fp8/bf16")
         self.columns = ["mode", "d", "causal", "N", "B", "H", "path"] + names + ratios
         self.widths = [4, 3, 6, 5, 3, 3, 17] + [max(len(n), 10) for n in names] + [8] * len(ratios)
 
@@ -376,6 +436,8 @@ class TablePrinter:
             best = best_peer(row, self.peers)
             ratios.append(speedup(row, best) if best else None)
         ratios += [variant_ratio(row, name) for name in self.variants]
+        if self.fp8:
+            ratios.append(fp8_ratio(row))
         cells = [row["mode"], row["d"], int(row["causal"]), row["N"], row["B"], row["H"],
                  (row["path"] or "-")[:17]]
         return self._line(cells + values + [num(r, ".3f") for r in ratios])
@@ -455,6 +517,31 @@ def summary_lines(rows: list, names: list) -> list:
                          f"(min {low:.2f} at d={at['d']} N={at['N']}"
                          f"{' causal' if at['causal'] else ''})")
         lines.append(f"  {mode}: " + "; ".join(parts))
+    return lines
+
+
+def fp8_summary_lines(rows: list) -> list:
+    """--dtype fp8: our FP8 forward over our bf16 forward (issue 14's targets: median >= 1.4
+    over N >= 4096, no cell with N >= 1024 below 1.15) and the fastest FP8 cell per head dim."""
+    def where(row):
+        return f"d={row['d']} N={row['N']}{' causal' if row['causal'] else ''}"
+    lines = ["fp8 summary: our FP8 forward over our bf16 forward (TFLOP/s ratio)"]
+    rated = [(fp8_ratio(row), row) for row in rows]
+    rated = [(r, row) for r, row in rated if r is not None]
+    big = [r for r, row in rated if row["N"] >= 4096]
+    lines.append("  median over N >= 4096: " +
+                 (f"{statistics.median(big):.2f}" if big else "-") + " (target >= 1.4)")
+    mid = [(r, row) for r, row in rated if row["N"] >= 1024]
+    if mid:
+        low, at = min(mid, key=lambda x: x[0])
+        lines.append(f"  min over N >= 1024: {low:.2f} at {where(at)} (target >= 1.15)")
+    else:
+        lines.append("  min over N >= 1024: -")
+    for d in sorted({row["d"] for row in rows}):
+        ran = [row for row in rows if row["d"] == d and row.get(OURS)]
+        if ran:
+            best = max(ran, key=lambda row: row[OURS])
+            lines.append(f"  d={d}: best {best[OURS]:.4g} TFLOP/s at {where(best)}")
     return lines
 
 

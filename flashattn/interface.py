@@ -23,6 +23,20 @@ sink gets a gradient. Both run on every backend: CPU, and on CUDA the sm80 kerne
 forward and backward; on a Hopper GPU a dropout call runs them, the sm90 kernels have no dropout
 yet) and the sm90 ones (sinks); dropout with paged KV (block_table) on CUDA raises.
 
+FP8 (issue 14; FA3's extension of the interface): flash_attn_func, flash_attn_varlen_func and
+the packed variants take q, k, v of dtype torch.float8_e4m3fn with the keywords q_descale,
+k_descale, v_descale (fp32, shape (batch, nheads_k) or anything that broadcasts to it, e.g. a
+0-dim per-tensor scale; None = 1.0; broadcast here to a contiguous (batch, nheads_k) tensor) and
+out_dtype (torch.bfloat16, the default, or torch.float16). The result is that of the
+dequantized inputs, q_deq = q.float() * q_descale[b, h // (nheads // nheads_k)] (k, v alike with
+their own head), in out_dtype, softmax_lse fp32. Forward only: backpropagating through an FP8
+call raises NotImplementedError ("FP8 attention is forward only (issue 14)") when the backward
+runs (under torch.compile already when the graph is compiled); alibi_slopes, dropout_p > 0,
+learnable_sink, block masks and block_table raise with FP8 inputs on every backend; descales or
+an out_dtype other than q's with 16/32-bit inputs raise (FA3 ignores descales there; a scale is
+never silently dropped here). The CPU backend runs it; CUDA raises a named error until the sm90
+kernel lands (sm80 GPUs: for good).
+
 Checks on tensors (shapes, dtypes, devices, head dims) are the C++ op's; this layer checks only
 what the op cannot see.
 """
@@ -80,6 +94,27 @@ def _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_sl
     )
 
 
+def _fp8_args(k, batch, q_descale, k_descale, v_descale, out_dtype):
+    """The op's FP8 keywords: each descale broadcast to a contiguous (batch, nheads_k) tensor
+    where its shape broadcasts (dtype and device kept: the op checks them, naming it), else
+    passed as given for the op to reject by name; out_dtype as given."""
+    shape = (batch, k.shape[-2])
+
+    def norm(t, name):
+        if t is None:
+            return None
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"flashattn: {name} must be None or a float32 tensor broadcasting to "
+                            f"(batch, nheads_k), got {type(t).__name__}")
+        if t.dim() <= 2 and all(s == 1 or s == w for s, w in zip(reversed(t.shape),
+                                                                 reversed(shape))):
+            return t.expand(shape).contiguous()
+        return t
+
+    return dict(q_descale=norm(q_descale, "q_descale"), k_descale=norm(k_descale, "k_descale"),
+                v_descale=norm(v_descale, "v_descale"), out_dtype=out_dtype)
+
+
 def _result(out, softmax_lse, return_attn_probs, probs_args=None, opts=None):
     """out, or (out, softmax_lse, S) with return_attn_probs: S (flash-attn's S_dmask) only with
     dropout, from torch.ops.flashattn.attn_probs (no autograd), else None."""
@@ -110,6 +145,10 @@ def flash_attn_func(
     return_attn_probs=False,
     *,
     learnable_sink=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """Exact attention on padded batches.
 
@@ -131,6 +170,10 @@ def flash_attn_func(
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
         learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
             only for now.
+        q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
+            fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
+            q.float() * q_descale[b, kv head] (module docstring).
+        out_dtype: FP8 only: torch.bfloat16 (None) or torch.float16, the output's dtype.
 
     Returns:
         out: (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, S) with
@@ -138,7 +181,8 @@ def flash_attn_func(
     """
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, learnable_sink)
-    out, softmax_lse = torch.ops.flashattn.fwd(q, k, v, **opts)
+    fp8 = _fp8_args(k, q.shape[0], q_descale, k_descale, v_descale, out_dtype)
+    out, softmax_lse = torch.ops.flashattn.fwd(q, k, v, **opts, **fp8)
     return _result(out, softmax_lse, return_attn_probs, (q, k, v), opts)
 
 
@@ -155,6 +199,10 @@ def flash_attn_kvpacked_func(
     return_attn_probs=False,
     *,
     learnable_sink=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """Exact attention on padded batches, k and v packed.
 
@@ -175,6 +223,10 @@ def flash_attn_kvpacked_func(
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
         learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
             only for now.
+        q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
+            fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
+            q.float() * q_descale[b, kv head] (module docstring).
+        out_dtype: FP8 only: torch.bfloat16 (None) or torch.float16, the output's dtype.
 
     Returns:
         out: (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, S) with
@@ -183,7 +235,9 @@ def flash_attn_kvpacked_func(
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs,
-                           learnable_sink=learnable_sink)
+                           learnable_sink=learnable_sink,
+                           q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                           out_dtype=out_dtype)
 
 
 def flash_attn_qkvpacked_func(
@@ -198,6 +252,10 @@ def flash_attn_qkvpacked_func(
     return_attn_probs=False,
     *,
     learnable_sink=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """Exact self-attention on padded batches, q, k, v packed.
 
@@ -217,6 +275,10 @@ def flash_attn_qkvpacked_func(
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
         learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
             only for now.
+        q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
+            fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
+            q.float() * q_descale[b, kv head] (module docstring).
+        out_dtype: FP8 only: torch.bfloat16 (None) or torch.float16, the output's dtype.
 
     Returns:
         out: (batch, seqlen, nheads, headdim), or (out, softmax_lse, S) with
@@ -225,7 +287,9 @@ def flash_attn_qkvpacked_func(
     q, k, v = qkv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs,
-                           learnable_sink=learnable_sink)
+                           learnable_sink=learnable_sink,
+                           q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                           out_dtype=out_dtype)
 
 
 def flash_attn_varlen_func(
@@ -247,6 +311,10 @@ def flash_attn_varlen_func(
     block_table=None,
     *,
     learnable_sink=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """Exact attention on a batch of variable-length sequences.
 
@@ -279,6 +347,10 @@ def flash_attn_varlen_func(
             cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys are its logical rows 0, 1, ..., row r in
             row r % page_block_size of block block_table[b, r // page_block_size]. Forward
             only: the backward raises NotImplementedError.
+        q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
+            fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
+            q.float() * q_descale[b, kv head] (module docstring).
+        out_dtype: FP8 only: torch.bfloat16 (None) or torch.float16, the output's dtype.
 
     Returns:
         out: (total_q, nheads, headdim_v), or (out, softmax_lse, S) with
@@ -286,9 +358,10 @@ def flash_attn_varlen_func(
     """
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, learnable_sink)
+    fp8 = _fp8_args(k, cu_seqlens_q.shape[0] - 1, q_descale, k_descale, v_descale, out_dtype)
     out, softmax_lse = torch.ops.flashattn.varlen_fwd(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **opts,
-        block_table=block_table,
+        block_table=block_table, **fp8,
     )
     if return_attn_probs and dropout_p != 0.0 and block_table is not None:
         raise NotImplementedError(
@@ -315,6 +388,10 @@ def flash_attn_varlen_kvpacked_func(
     return_attn_probs=False,
     *,
     learnable_sink=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """Exact attention on variable-length sequences, k and v packed.
 
@@ -339,6 +416,10 @@ def flash_attn_varlen_kvpacked_func(
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
         learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
             only for now.
+        q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
+            fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
+            q.float() * q_descale[b, kv head] (module docstring).
+        out_dtype: FP8 only: torch.bfloat16 (None) or torch.float16, the output's dtype.
 
     Returns:
         out: (total_q, nheads, headdim), or (out, softmax_lse, S) with
@@ -348,7 +429,9 @@ def flash_attn_varlen_kvpacked_func(
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                   softcap, alibi_slopes, deterministic, return_attn_probs,
-                                  learnable_sink=learnable_sink)
+                                  learnable_sink=learnable_sink,
+                                  q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                                  out_dtype=out_dtype)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -365,6 +448,10 @@ def flash_attn_varlen_qkvpacked_func(
     return_attn_probs=False,
     *,
     learnable_sink=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """Exact self-attention on variable-length sequences, q, k, v packed.
 
@@ -386,6 +473,10 @@ def flash_attn_varlen_qkvpacked_func(
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
         learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
             only for now.
+        q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
+            fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
+            q.float() * q_descale[b, kv head] (module docstring).
+        out_dtype: FP8 only: torch.bfloat16 (None) or torch.float16, the output's dtype.
 
     Returns:
         out: (total, nheads, headdim), or (out, softmax_lse, S) with
@@ -395,7 +486,9 @@ def flash_attn_varlen_qkvpacked_func(
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, softcap,
                                   alibi_slopes, deterministic, return_attn_probs,
-                                  learnable_sink=learnable_sink)
+                                  learnable_sink=learnable_sink,
+                                  q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                                  out_dtype=out_dtype)
 
 
 def flash_attn_with_kvcache(
@@ -506,7 +599,8 @@ def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
     Arguments: those of flash_attn_func (padded) or flash_attn_varlen_func (with cu_seqlens_q/k;
     max_seqlen_q/k default to the row counts). Raises RuntimeError saying why when no kernel of
     this build can run the call, or when the call uses a feature the CUDA kernels do not have
-    yet (a block mask: issue 16).
+    yet (a block mask: issue 16; float8_e4m3fn inputs: issue 14, whose direction="bwd"
+    raises on every device: FP8 is forward only).
     """
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, learnable_sink, draw_rng=False)

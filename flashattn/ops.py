@@ -20,11 +20,30 @@ def _arg_names(op):
 # Fake kernels: shapes, dtypes and (contiguous) strides of what the real kernels return.
 # ---------------------------------------------------------------------------------------------
 
+def _bound(op, args, kwargs):
+    """The arguments of a call of `op` by schema name, defaults filled in."""
+    named = {a.name: a.default_value for a in op._schema.arguments if a.has_default_value()}
+    named.update(zip(_arg_names(op), args))
+    named.update(kwargs)
+    return named
+
+
+def _out_dtype(op, q, args, kwargs):
+    """out's dtype (csrc/api/params_fill.h, out_scalar_type): the op's out_dtype where given
+    (FP8), else bfloat16 for float8_e4m3fn inputs and q's dtype otherwise."""
+    out_dtype = _bound(op, args, kwargs).get("out_dtype")
+    if out_dtype is not None:
+        return out_dtype
+    return torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+
+
 @torch.library.register_fake("flashattn::fwd")
 def _fwd_fake(q, k, v, *options, **kw_options):
-    # q (B, Sq, H, d), v (B, Sk, Hk, dv) -> out (B, Sq, H, dv) in q's dtype, lse (B, H, Sq) fp32.
+    # q (B, Sq, H, d), v (B, Sk, Hk, dv) -> out (B, Sq, H, dv) in q's dtype (FP8: out_dtype),
+    # lse (B, H, Sq) fp32.
     batch, seqlen_q, nheads, _ = q.shape
-    out = q.new_empty((batch, seqlen_q, nheads, v.shape[-1]))
+    dtype = _out_dtype(_ops.fwd.default, q, (q, k, v, *options), kw_options)
+    out = q.new_empty((batch, seqlen_q, nheads, v.shape[-1]), dtype=dtype)
     softmax_lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
     return out, softmax_lse
 
@@ -33,22 +52,21 @@ def _fwd_fake(q, k, v, *options, **kw_options):
 def _varlen_fwd_fake(q, k, v, *options, **kw_options):
     # q (total_q, H, d), v (total_k, Hk, dv) -> out (total_q, H, dv), lse (H, total_q) fp32.
     total_q, nheads, _ = q.shape
-    out = q.new_empty((total_q, nheads, v.shape[-1]))
+    dtype = _out_dtype(_ops.varlen_fwd.default, q, (q, k, v, *options), kw_options)
+    out = q.new_empty((total_q, nheads, v.shape[-1]), dtype=dtype)
     softmax_lse = q.new_empty((nheads, total_q), dtype=torch.float32)
     return out, softmax_lse
 
 
-# flash_attn_with_kvcache: the caches (k_cache, v_cache) are mutated in place (the schema's
-# alias annotations let torch.compile functionalize the op); out and lse are fresh, as _fwd_fake.
-torch.library.register_fake("flashattn::fwd_kvcache", _fwd_fake)
-
-
-def _bound(op, args, kwargs):
-    """The arguments of a call of `op` by schema name, defaults filled in."""
-    named = {a.name: a.default_value for a in op._schema.arguments if a.has_default_value()}
-    named.update(zip(_arg_names(op), args))
-    named.update(kwargs)
-    return named
+@torch.library.register_fake("flashattn::fwd_kvcache")
+def _fwd_kvcache_fake(q, k_cache, v_cache, *options, **kw_options):
+    # flash_attn_with_kvcache: the caches (k_cache, v_cache) are mutated in place (the schema's
+    # alias annotations let torch.compile functionalize the op); out (q's dtype) and lse are
+    # fresh.
+    batch, seqlen_q, nheads, _ = q.shape
+    out = q.new_empty((batch, seqlen_q, nheads, v_cache.shape[-1]))
+    softmax_lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    return out, softmax_lse
 
 
 def _make_grads_fake(op):
@@ -85,6 +103,12 @@ def _attn_probs_fake(q, k, v, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqle
 # The backward's outputs, in order: the gradients of these forward inputs.
 _DIFFERENTIABLE = ("q", "k", "v", "learnable_sink")
 
+# FP8 (issue 14) is forward only: the words of csrc/api/checks.h's kFp8ForwardOnly, which the
+# backward ops raise too.
+FP8_FORWARD_ONLY = (
+    "flashattn: FP8 attention is forward only (issue 14): float8_e4m3fn q, k, v have no "
+    "backward (call the forward under torch.no_grad(), or on tensors that do not require grad)")
+
 
 def _make_setup_context(fwd_op):
     fwd_names = _arg_names(fwd_op)
@@ -111,6 +135,8 @@ def _make_backward(fwd_op, bwd_op):
         # softmax_lse is marked non-differentiable: its incoming gradient is ignored.
         named = dict(ctx.options)
         named.update(zip(ctx.tensor_names, ctx.saved_tensors))
+        if named["q"].dtype == torch.float8_e4m3fn:
+            raise NotImplementedError(FP8_FORWARD_ONLY)
         if named.get("block_table") is not None:
             raise NotImplementedError(
                 "flashattn: the backward of paged KV (varlen_fwd with block_table) is not "

@@ -19,6 +19,32 @@ semantics of csrc/common/params.h:
 `attention_ref` computes in `compute_dtype`: float64 for the reference, the inputs' own
 dtype for "PyTorch's low-precision computation of the same thing" (the tolerance baseline).
 Gradients come from autograd through this function.
+
+FP8 (issue 14, params.h): the semantics are those of the dequantized inputs, q_deq =
+q.float() * q_descale[b, kv head of the query head] (k, v alike), so the reference is
+attention_ref in float64 on dequantize_fp8's output. The tolerance baseline is an emulation
+of the quantised computation a kernel does (fp8_p=True): Q, K, V dequantized (exact: an e4m3
+code times an fp32 descale), fp32 scores and softmax, and P rounded to e4m3 for the P V
+product after scaling it by 2^8:
+
+    P~ = exp(s - m) * 2^8 in [0, 256]   (m the row max; 256 <= 448, e4m3's largest value)
+    out = (round_e4m3(P~) @ V) / l,     l = sum_j P~_j of the UNROUNDED fp32 P~
+
+Why 2^8 and not P in [0, 1]: e4m3 has 3 mantissa bits and its smallest normal is 2^-6, its
+smallest subnormal 2^-9. Kept in [0, 1], every probability below 2^-6 of the row's largest
+loses precision and those below 2^-10 round to 0, which on long rows (many small
+probabilities) biases out. Scaled by 2^8 the normal range reaches down to 2^-14 relative to
+the maximum (subnormals to 2^-17), and 256 is the largest power of two below 448, so the
+scaling is exact, cancels exactly in the division by l (which carries it too), and folds into
+the exponent for free: FA3 does the same (its softmax's Max_offset = 8). The row sum from the
+unrounded P~ is what a kernel has without extra work (it sums the fp32 exp2 results before
+converting them), and it keeps the lse exact: lse = m + log(l) - 8 log 2.
+So the sm90 kernel has to compute P~ = exp2(s * scale_log2 - (m * scale_log2 - 8)) (the
+offset 8 subtracted from the max it already subtracts), convert P~ to e4m3 for the P V
+WGMMA, accumulate l from the fp32 P~, divide O by l in the epilogue (times v_descale), and
+take 8 * ln 2 off its lse (or scale l by 2^-8 first). The kernel's running max (per key block)
+rather than the row's final max changes which P~ round where, not their precision: the
+tolerance's factor 2 absorbs it.
 """
 import math
 
@@ -41,7 +67,20 @@ __all__ = [
     "dropout_keep_ref",
     "ref_and_lowp_ext",
     "block_mask_elements",
+    "round_e4m3",
+    "dequantize_fp8",
+    "ref_and_emul_fp8",
+    "FP8_P_SCALE",
 ]
+
+# The scaling of P before its rounding to e4m3 (module docstring).
+FP8_P_SCALE = 2.0 ** 8
+
+
+def round_e4m3(x):
+    """x rounded to the nearest float8_e4m3fn value (ties to even, as torch's cast), in x's
+    dtype. |x| must stay within e4m3's range (448): the cast has no saturation."""
+    return x.to(torch.float8_e4m3fn).to(x.dtype)
 
 
 def effective_window(causal, window_size):
@@ -97,10 +136,12 @@ def attention_ref(
     dropout_scale=1.0,
     block_mask=None,
     block_size=(128, 128),
+    fp8_p=False,
 ):
     """Padded layout. q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv); learnable_sink
     (H,); dropout_keep bool (B, H, >= Sq, >= Sk) (the top-left block is used); block_mask
-    dense bool (B or 1, H or 1, n_qblocks, n_kblocks) of block_size tiles.
+    dense bool (B or 1, H or 1, n_qblocks, n_kblocks) of block_size tiles. fp8_p: the FP8
+    emulation's P (module docstring): P V with P * 2^8 rounded to e4m3, over the unrounded sum.
 
     Returns out (B, Sq, H, dv) in compute_dtype and lse (B, H, Sq) in compute_dtype.
     Differentiable (autograd) in q, k, v.
@@ -135,6 +176,8 @@ def attention_ref(
     m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     p = torch.exp(s - m)  # masked -> exp(-inf) = 0
     l = p.sum(dim=-1, keepdim=True)
+    if fp8_p:  # l (and so the lse) from the unrounded P; exact power-of-two scaling
+        p = round_e4m3(p * FP8_P_SCALE) / FP8_P_SCALE
     p = p / torch.where(l == 0, torch.ones_like(l), l)
     p = p[..., :sk]
     if dropout_keep is not None:
@@ -159,6 +202,7 @@ def attention_varlen_ref(
     learnable_sink=None,
     dropout_keep=None,
     dropout_scale=1.0,
+    fp8_p=False,
 ):
     """Varlen layout. q (total_q, H, d), k (total_k, Hk, d), v (total_k, Hk, dv).
 
@@ -181,6 +225,7 @@ def attention_varlen_ref(
             q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], softmax_scale, causal,
             window_size, softcap, slopes, compute_dtype, learnable_sink,
             None if dropout_keep is None else dropout_keep[b:b + 1], dropout_scale,
+            fp8_p=fp8_p,
         )
         outs.append(o[0])
         lses.append(lse[0])
@@ -408,3 +453,48 @@ def ref_and_lowp_ext(q, k, v, dout=None, sink=None, cu_seqlens=None, out_used=No
     ref = _ext_with_grads(fn, q, k, v, dout, sink, torch.float64, out_used, **kw)
     low = _ext_with_grads(fn, q, k, v, dout, sink, _lowp_dtype(q.dtype), **kw)
     return ref, low
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 (issue 14): dequantization, the float64 reference and the emulation (module docstring).
+# ---------------------------------------------------------------------------------------------
+
+def dequantize_fp8(x, descale, nheads, cu_seqlens=None, dtype=torch.float64):
+    """x (float8_e4m3fn, padded (B, S, Hx, d) or varlen (T, Hx, d)) as `dtype` times its descale
+    (None = 1, else (B, Hk) fp32) of (sequence b, kv head h // (Hx // Hk)); Hx = nheads is q's
+    head count or k / v's (then the group is 1). Varlen rows outside every sequence get 1."""
+    xf = x.to(dtype)
+    if descale is None:
+        return xf
+    d = descale.to(dtype).repeat_interleave(nheads // descale.shape[1], dim=1)  # (B, Hx)
+    if cu_seqlens is None:
+        return xf * d[:, None, :, None]
+    cu = [int(c) for c in cu_seqlens.tolist()]
+    rows = torch.ones(x.shape[0], nheads, dtype=dtype)
+    for b in range(len(cu) - 1):
+        rows[cu[b]:cu[b + 1]] = d[b]
+    return xf * rows.to(x.device)[:, :, None]
+
+
+def ref_and_emul_fp8(q, k, v, q_descale=None, k_descale=None, v_descale=None,
+                     cu_seqlens=None, out_dtype=torch.bfloat16, **kw):
+    """(ref, emul, f32) dicts of out and lse for FP8 inputs: ref the float64 attention on the
+    dequantized inputs; emul the emulation of the quantised computation (fp32, P rounded to
+    e4m3 after the 2^8 scaling; out in out_dtype), the tolerance baseline of any FP8 kernel;
+    f32 the same without rounding P (out in out_dtype), the tighter baseline of a backend that
+    keeps P in fp32 (the CPU). cu_seqlens = (cu_q, cu_k) for varlen."""
+    cu_q, cu_k = cu_seqlens if cu_seqlens is not None else (None, None)
+    res = []
+    for dtype, fp8_p in ((torch.float64, False), (torch.float32, True), (torch.float32, False)):
+        qd = dequantize_fp8(q, q_descale, q.shape[-2], cu_q, dtype)
+        kd = dequantize_fp8(k, k_descale, k.shape[-2], cu_k, dtype)
+        vd = dequantize_fp8(v, v_descale, v.shape[-2], cu_k, dtype)
+        if cu_seqlens is None:
+            out, lse = attention_ref(qd, kd, vd, compute_dtype=dtype, fp8_p=fp8_p, **kw)
+        else:
+            out, lse = attention_varlen_ref(qd, kd, vd, cu_q, cu_k, compute_dtype=dtype,
+                                            fp8_p=fp8_p, **kw)
+        if dtype != torch.float64:
+            out = out.to(out_dtype)
+        res.append({"out": out, "lse": lse})
+    return tuple(res)

@@ -23,17 +23,21 @@ SIGNATURES = {
                                         "max_seqlen_q", "max_seqlen_k"] + _OPTS,
     "flash_attn_varlen_qkvpacked_func": ["qkv", "cu_seqlens", "max_seqlen"] + _OPTS,
 }
+# Keyword-only, ours: FA4's learnable_sink, then FA3's FP8 descales and our out_dtype (issue 14).
+KW_ONLY = ["learnable_sink", "q_descale", "k_descale", "v_descale", "out_dtype"]
 DEFAULTS = dict(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                 softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                block_table=None, learnable_sink=None)
+                block_table=None, **{name: None for name in KW_ONLY})
 
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_signature(name):
-    """flash-attn 2.8's positional surface, then FA4's learnable_sink, keyword-only (ours)."""
+    """flash-attn 2.8's positional surface, then FA4's learnable_sink and the FP8 keywords,
+    keyword-only (ours)."""
     sig = inspect.signature(getattr(flashattn, name))
-    assert list(sig.parameters) == SIGNATURES[name] + ["learnable_sink"]
-    assert sig.parameters["learnable_sink"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert list(sig.parameters) == SIGNATURES[name] + KW_ONLY
+    for kw in KW_ONLY:
+        assert sig.parameters[kw].kind is inspect.Parameter.KEYWORD_ONLY, kw
     for p in sig.parameters.values():
         if p.name in DEFAULTS:
             assert p.default == DEFAULTS[p.name], p.name

@@ -81,7 +81,22 @@ inline Backend sm80_or_fail(const char* what) {
        "block mask; block-sparse attention runs on CPU tensors");
 }
 
+// Issue 14's FP8 forward likewise (CPU backend and contract only): never another dtype's kernel.
+// The kernel will be sm_90a code (e4m3 WGMMA): other GPUs get the first error for good.
+[[noreturn]] inline void fail_cuda_fp8() {
+  int cc = 0;  // the current device's compute capability, where this build can ask
+#ifndef FLASHATTN_DISABLE_SM80
+  sm80::device_fit(cc);
+#endif
+  if (cc != 0 && cc != 90)
+    fail("FP8 attention needs an sm90 (Hopper) GPU: its kernel is sm_90a code (e4m3 WGMMA), "
+         "this GPU has compute capability ", cc / 10, ".", cc % 10, "; FP8 runs on CPU tensors");
+  fail("the sm90 FP8 kernel is not built yet (issue 14): FP8 (float8_e4m3fn) attention runs "
+       "on CPU tensors only for now");
+}
+
 inline void check_cuda_has_features(const FwdParams& p) {
+  if (p.dtype == DType::kFloat8E4M3) fail_cuda_fp8();
   if (p.kv_num_blocks != nullptr) fail_cuda_block_sparse();
 }
 

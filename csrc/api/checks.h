@@ -26,6 +26,15 @@ template <typename... Args>
     if (!(cond)) ::flashattn::api::fail(__VA_ARGS__); \
   } while (0)
 
+// FP8 (issue 14): the errors of a backward through float8 inputs (the ops and flashattn/ops.py's
+// autograd raise the same words) and of a build without FP8.
+inline constexpr const char* kFp8ForwardOnly =
+    "FP8 attention is forward only (issue 14): float8_e4m3fn q, k, v have no backward (call "
+    "the forward under torch.no_grad(), or on tensors that do not require grad)";
+inline constexpr const char* kFp8Disabled =
+    "FP8 attention (float8_e4m3fn q, k, v) is disabled in this build (FLASHATTN_DISABLE_FP8=1): "
+    "this build has no FP8 kernels";
+
 inline const char* dtype_name(ScalarType t) {
   switch (t) {
     case ScalarType::Half: return "float16";

@@ -161,7 +161,11 @@ Options op_options(double scale, bool causal, int64_t wl, int64_t wr, double sof
                    std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink,
                    std::optional<Tensor> kv_num_blocks, std::optional<Tensor> kv_indices,
                    std::optional<Tensor> q_num_blocks, std::optional<Tensor> q_indices,
-                   int64_t block_m, int64_t block_n) {
+                   int64_t block_m, int64_t block_n,
+                   std::optional<Tensor> q_descale = std::nullopt,
+                   std::optional<Tensor> k_descale = std::nullopt,
+                   std::optional<Tensor> v_descale = std::nullopt,
+                   std::optional<ScalarType> out_dtype = std::nullopt) {
   Options opt = with_features(
       make_options(scale, causal, wl, wr, softcap, std::move(alibi), deterministic), dropout_p,
       std::move(rng_state), std::move(learnable_sink));
@@ -171,14 +175,18 @@ Options op_options(double scale, bool causal, int64_t wl, int64_t wr, double sof
   opt.q_indices = std::move(q_indices);
   opt.block_m = block_m;
   opt.block_n = block_n;
+  opt.q_descale = std::move(q_descale);
+  opt.k_descale = std::move(k_descale);
+  opt.v_descale = std::move(v_descale);
+  opt.out_dtype = out_dtype;
   return opt;
 }
 
-// Fresh outputs: out (B, Sq, H, dv) / (total_q, H, dv) in q's dtype, lse (B, H, Sq) / (H, total_q).
-Tensors2 new_outputs(const Problem& pb, const Tensor& q) {
-  Tensor out = pb.varlen ? new_empty({pb.total_q, pb.nheads, pb.headdim_v}, q.scalar_type(), q)
-                         : new_empty({pb.batch, pb.seqlen_q, pb.nheads, pb.headdim_v},
-                                     q.scalar_type(), q);
+// Fresh outputs: out (B, Sq, H, dv) / (total_q, H, dv) in `dtype` (q's; FP8: out_dtype), lse
+// (B, H, Sq) / (H, total_q).
+Tensors2 new_outputs(const Problem& pb, const Tensor& q, ScalarType dtype) {
+  Tensor out = pb.varlen ? new_empty({pb.total_q, pb.nheads, pb.headdim_v}, dtype, q)
+                         : new_empty({pb.batch, pb.seqlen_q, pb.nheads, pb.headdim_v}, dtype, q);
   Tensor lse = pb.varlen ? new_empty({pb.nheads, pb.total_q}, ScalarType::Float, q)
                          : new_empty({pb.batch, pb.nheads, pb.seqlen_q}, ScalarType::Float, q);
   return {out, lse};
@@ -196,9 +204,10 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
                      const Options& opt, const Tensor* cu_q, const Tensor* cu_k,
                      const KvCache* kv = nullptr) {
   check_options(opt, pb, q);
+  check_fp8(opt, pb, q, /*paged=*/kv != nullptr);
   check_features(opt, pb, q, /*need_rng=*/true);
   check_block_sparse(opt, pb, q, /*backward=*/false, /*paged=*/kv != nullptr);
-  auto [out, lse] = new_outputs(pb, q);
+  auto [out, lse] = new_outputs(pb, q, out_scalar_type(opt, q));
   if (pb.total_q == 0) return {out, lse};
   // No visible key (paged: no page); with a sink the kernels write lse = sink.
   if (!opt.learnable_sink &&
@@ -215,6 +224,7 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
 Tensors4 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tensor& v,
                       const Tensor& out, Tensor lse, const Problem& pb, const Options& opt,
                       const Tensor* cu_q, const Tensor* cu_k) {
+  FLASHATTN_CHECK(!is_fp8(q), kFp8ForwardOnly);
   check_options(opt, pb, q);
   check_features(opt, pb, q, /*need_rng=*/true);
   check_block_sparse(opt, pb, q, /*backward=*/true, /*paged=*/false);
@@ -268,14 +278,17 @@ Tensors2 fwd(Tensor q, Tensor k, Tensor v, double softmax_scale, bool causal, in
              bool deterministic, double dropout_p, std::optional<Tensor> rng_state,
              std::optional<Tensor> learnable_sink, std::optional<Tensor> kv_num_blocks,
              std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
-             std::optional<Tensor> q_indices, int64_t block_size_m, int64_t block_size_n) {
+             std::optional<Tensor> q_indices, int64_t block_size_m, int64_t block_size_n,
+             std::optional<Tensor> q_descale, std::optional<Tensor> k_descale,
+             std::optional<Tensor> v_descale, std::optional<ScalarType> out_dtype) {
   Problem pb = check_qkv(q, k, v, /*varlen=*/false);
   Options opt = op_options(softmax_scale, causal, window_left, window_right, softcap,
                            std::move(alibi_slopes), deterministic, dropout_p,
                            std::move(rng_state), std::move(learnable_sink),
                            std::move(kv_num_blocks), std::move(kv_indices),
                            std::move(q_num_blocks), std::move(q_indices), block_size_m,
-                           block_size_n);
+                           block_size_n, std::move(q_descale), std::move(k_descale),
+                           std::move(v_descale), out_dtype);
   return run_forward(q, k, v, pb, opt, nullptr, nullptr);
 }
 
@@ -306,7 +319,9 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
                     std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink,
                     std::optional<Tensor> kv_num_blocks, std::optional<Tensor> kv_indices,
                     std::optional<Tensor> q_num_blocks, std::optional<Tensor> q_indices,
-                    int64_t block_size_m, int64_t block_size_n) {
+                    int64_t block_size_m, int64_t block_size_n,
+                    std::optional<Tensor> q_descale, std::optional<Tensor> k_descale,
+                    std::optional<Tensor> v_descale, std::optional<ScalarType> out_dtype) {
   KvCache kv;
   const Tensor* bt = block_table ? &*block_table : nullptr;
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bt,
@@ -316,7 +331,8 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
                            std::move(rng_state), std::move(learnable_sink),
                            std::move(kv_num_blocks), std::move(kv_indices),
                            std::move(q_num_blocks), std::move(q_indices), block_size_m,
-                           block_size_n);
+                           block_size_n, std::move(q_descale), std::move(k_descale),
+                           std::move(v_descale), out_dtype);
   return run_forward(q, k, v, pb, opt, &cu_seqlens_q, &cu_seqlens_k, bt ? &kv : nullptr);
 }
 
@@ -356,6 +372,8 @@ Tensors2 fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, std::optional<Ten
                      int64_t num_splits) {
   KvCache kv;
   Problem pb = check_kvcache(q, k_cache, v_cache, block_table, cache_batch_idx.has_value(), kv);
+  FLASHATTN_CHECK(!is_fp8(q), "flash_attn_with_kvcache does not take float8_e4m3fn inputs (FP8 "
+                  "attention, issue 14, is flash_attn_func / flash_attn_varlen_func's)");
   kv.cache_seqlens = check_batch_vector(cache_seqlens, "cache_seqlens", q, pb.batch);
   kv.cache_batch_idx = check_batch_vector(cache_batch_idx, "cache_batch_idx", q, pb.batch);
   FLASHATTN_CHECK(!(cache_leftpad && block_table), "cache_leftpad cannot be combined with "
@@ -370,7 +388,7 @@ Tensors2 fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, std::optional<Ten
                              std::move(alibi_slopes), false);
   check_options(opt, pb, q);
 
-  auto [out, lse] = new_outputs(pb, q);
+  auto [out, lse] = new_outputs(pb, q, q.scalar_type());
   if (pb.batch == 0) return {out, lse};
   if (pb.total_k == 0 || pb.seqlen_k == 0) return no_keys(out, lse);  // no cache row at all
   FwdParams p;
@@ -407,6 +425,8 @@ std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
                                            softcap, std::move(alibi_slopes), false),
                               dropout_p, std::nullopt, std::move(learnable_sink));
   check_options(opt, pb, q);
+  FLASHATTN_CHECK(!is_fp8(q) || direction == "fwd", kFp8ForwardOnly);
+  check_fp8(opt, pb, q, /*paged=*/false);
   check_features(opt, pb, q, /*need_rng=*/false);
   if (q.is_cpu()) return backend_name(Backend::kCpu);
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
@@ -429,6 +449,8 @@ Tensor attn_probs(Tensor q, Tensor k, Tensor v, Tensor softmax_lse,
                   std::optional<Tensor> rng_state, std::optional<Tensor> learnable_sink) {
   const bool varlen = cu_seqlens_q.has_value();
   Problem pb = check_either(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  FLASHATTN_CHECK(!is_fp8(q), "attn_probs (return_attn_probs' S) does not take float8_e4m3fn "
+                  "inputs (FP8 attention, issue 14, has no dropout and so no S)");
   Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
                                            softcap, std::move(alibi_slopes), false),
                               dropout_p, std::move(rng_state), std::move(learnable_sink));

@@ -68,6 +68,52 @@ inline void check_features(const Options& opt, const Problem& pb, const Tensor& 
   }
 }
 
+// FP8 (params.h, schema.h; issue 14), the same on every backend. A forward of float8_e4m3fn
+// inputs takes fp32 (batch, nheads_k) descales, out_dtype bf16 / fp16 and causal / window /
+// GQA / varlen / softcap; it refuses ALiBi, dropout, sinks, block masks and paged KV (the
+// refused options' names in the message). Other dtypes take neither descales nor an out_dtype
+// other than their own: a descale is never silently dropped (FA3 ignores them there).
+inline void check_fp8(const Options& opt, const Problem& pb, const Tensor& q, bool paged) {
+  const std::pair<const std::optional<Tensor>*, const char*> descales[] = {
+      {&opt.q_descale, "q_descale"}, {&opt.k_descale, "k_descale"}, {&opt.v_descale, "v_descale"}};
+  if (!is_fp8(q)) {
+    for (const auto& [t, name] : descales)
+      FLASHATTN_CHECK(!t->has_value(), name, " is for float8_e4m3fn inputs only, but q has "
+                      "dtype ", dtype_name(q.scalar_type()), " (flashattn refuses it rather "
+                      "than ignore it; pass None)");
+    FLASHATTN_CHECK(!opt.out_dtype || *opt.out_dtype == q.scalar_type(), "out_dtype is for "
+                    "float8_e4m3fn inputs only: with q of dtype ", dtype_name(q.scalar_type()),
+                    " the output has q's dtype (got out_dtype=", dtype_name(*opt.out_dtype), ")");
+    return;
+  }
+  FLASHATTN_CHECK(!opt.out_dtype || *opt.out_dtype == ScalarType::BFloat16 ||
+                      *opt.out_dtype == ScalarType::Half,
+                  "out_dtype of an FP8 (float8_e4m3fn) forward must be bfloat16 (the default) "
+                  "or float16, got ", dtype_name(*opt.out_dtype));
+  for (const auto& [t, name] : descales) {
+    if (!t->has_value()) continue;
+    const Tensor& d = **t;
+    FLASHATTN_CHECK(d.scalar_type() == ScalarType::Float, name, " must have dtype float32, got ",
+                    dtype_name(d.scalar_type()));
+    check_same_device(d, name, q);
+    FLASHATTN_CHECK(d.dim() == 2 && d.size(0) == pb.batch && d.size(1) == pb.nheads_k, name,
+                    " must have shape (batch, nheads_k) = (", pb.batch, ", ", pb.nheads_k,
+                    ") (flashattn's functions broadcast to it), got ", shape_str(d));
+    check_last_contiguous(d, name);
+  }
+  const char* refused = opt.alibi_slopes   ? "alibi_slopes"
+                        : opt.dropout_p != 0.0 ? "dropout_p > 0"
+                        : opt.learnable_sink ? "learnable_sink"
+                        : (opt.kv_num_blocks || opt.kv_indices || opt.q_num_blocks ||
+                           opt.q_indices)
+                            ? "a block mask (block-sparse attention)"
+                        : paged ? "block_table (paged KV)"
+                                : nullptr;
+  FLASHATTN_CHECK(refused == nullptr, "FP8 (float8_e4m3fn) attention does not take ", refused,
+                  " (issue 14: it takes causal, window_size, GQA / MQA, varlen and softcap; "
+                  "refused on every backend alike)");
+}
+
 // dtype int32, on q's device, contiguous: the metadata the kernels index directly.
 inline void check_int32_meta(const Tensor& t, const char* name, const Tensor& q) {
   FLASHATTN_CHECK(t.scalar_type() == ScalarType::Int, name, " must have dtype int32, got ",
@@ -126,15 +172,19 @@ inline void check_block_sparse(const Options& opt, const Problem& pb, const Tens
                      nq, "ceil(seqlen_k / block_size_n)", "ceil(seqlen_q / block_size_m)");
 }
 
-// q's dtype (float32 on CPU only) and device; k and v (named kn, vn) the same; every last
-// dimension contiguous.
+// q's dtype (float32 on CPU only; float8_e4m3fn for the FP8 forward, which check_fp8 limits
+// further) and device; k and v (named kn, vn) the same; every last dimension contiguous.
 inline void check_dtypes(const Tensor& q, const Tensor& k, const char* kn, const Tensor& v,
                          const char* vn) {
   const ScalarType t = q.scalar_type();
   FLASHATTN_CHECK(t == ScalarType::Half || t == ScalarType::BFloat16 ||
-                      (t == ScalarType::Float && q.is_cpu()),
-                  "q must have dtype float16 or bfloat16", q.is_cpu() ? " or float32" : "",
-                  " (float32 runs on CPU only), got ", dtype_name(t));
+                      t == ScalarType::Float8_e4m3fn || (t == ScalarType::Float && q.is_cpu()),
+                  "q must have dtype float16, bfloat16", q.is_cpu() ? ", float32" : "",
+                  " or float8_e4m3fn (FP8, forward only; float32 runs on CPU only), got ",
+                  dtype_name(t));
+#ifdef FLASHATTN_DISABLE_FP8
+  FLASHATTN_CHECK(t != ScalarType::Float8_e4m3fn, kFp8Disabled);
+#endif
   FLASHATTN_CHECK(k.scalar_type() == t, kn, " must have the same dtype as q (", dtype_name(t),
                   "), got ", dtype_name(k.scalar_type()));
   FLASHATTN_CHECK(v.scalar_type() == t, vn, " must have the same dtype as q (", dtype_name(t),

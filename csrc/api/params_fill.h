@@ -25,7 +25,19 @@ struct Options {
   // check_block_sparse (input_checks.h).
   std::optional<Tensor> kv_num_blocks, kv_indices, q_num_blocks, q_indices;
   int64_t block_m = 128, block_n = 128;
+  // FP8 (params.h, schema.h); set by op_options, checked by check_fp8 (input_checks.h).
+  std::optional<Tensor> q_descale, k_descale, v_descale;
+  std::optional<ScalarType> out_dtype;
 };
+
+inline bool is_fp8(const Tensor& q) { return q.scalar_type() == ScalarType::Float8_e4m3fn; }
+
+// The output's dtype: out_dtype if given (check_fp8 validated it), else bf16 for FP8 inputs and
+// q's dtype otherwise.
+inline ScalarType out_scalar_type(const Options& opt, const Tensor& q) {
+  if (opt.out_dtype.has_value()) return *opt.out_dtype;
+  return is_fp8(q) ? ScalarType::BFloat16 : q.scalar_type();
+}
 
 // Batch / head strides of a (B or 1, H or 1, ...) block-mask count tensor, 0 where it
 // broadcasts; the index tensor is the count tensor's layout times its last dimension.
@@ -45,6 +57,7 @@ inline DType to_dtype(ScalarType t) {
   switch (t) {
     case ScalarType::Half: return DType::kFloat16;
     case ScalarType::BFloat16: return DType::kBFloat16;
+    case ScalarType::Float8_e4m3fn: return DType::kFloat8E4M3;
     default: return DType::kFloat32;
   }
 }
@@ -101,6 +114,15 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
   p.cu_seqlens_k = cu_k ? static_cast<const int32_t*>(cu_k->data_ptr()) : nullptr;
 
   p.dtype = to_dtype(q.scalar_type());
+  p.out_dtype = to_dtype(out ? out->scalar_type() : out_scalar_type(opt, q));
+  const auto descale = [](const std::optional<Tensor>& t, const float*& ptr, int64_t& stride) {
+    if (!t.has_value()) return;
+    ptr = static_cast<const float*>(t->data_ptr());
+    stride = t->stride(0);
+  };
+  descale(opt.q_descale, p.q_descale_ptr, p.q_descale_batch_stride);
+  descale(opt.k_descale, p.k_descale_ptr, p.k_descale_batch_stride);
+  descale(opt.v_descale, p.v_descale_ptr, p.v_descale_batch_stride);
   p.softmax_scale = static_cast<float>(opt.softmax_scale);
   p.softmax_scale_log2 = static_cast<float>(opt.softmax_scale * M_LOG2E);
   p.softcap = static_cast<float>(opt.softcap);

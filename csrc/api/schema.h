@@ -19,15 +19,23 @@ namespace flashattn::api {
 // and q_indices (.., nk, nq) their transposed view, which only the backward reads (the forward
 // takes it so that autograd hands it on; block_sparse_attn_func builds both on the device).
 // Block sizes: multiples of 16 in [16, 256]. All None = dense.
+// FP8 (params.h, issue 14), the same four arguments in fwd and varlen_fwd: q, k, v of dtype
+// float8_e4m3fn with q_descale / k_descale / v_descale fp32 (B, Hk) on q's device, last
+// dimension contiguous, or None (= 1; flashattn's functions broadcast what the user passes to
+// (B, Hk) and make it contiguous), and out_dtype bfloat16 (None) or float16. Forward only (the
+// backwards refuse float8 inputs); no ALiBi, dropout, sink, block mask or block_table with it.
+// Descales with 16/32-bit inputs are an error (never silently dropped), as is an out_dtype
+// other than q's dtype.
 // Padded layout: q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv).
-// Returns out (B, Sq, H, dv) in q's dtype and softmax_lse (B, H, Sq) fp32.
+// Returns out (B, Sq, H, dv) in q's dtype (out_dtype for FP8) and softmax_lse (B, H, Sq) fp32.
 inline constexpr const char* kFwdSchema =
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
     "int window_right, float softcap, Tensor? alibi_slopes, bool deterministic=False, "
     "float dropout_p=0.0, Tensor? rng_state=None, Tensor? learnable_sink=None, "
     "Tensor? kv_num_blocks=None, Tensor? kv_indices=None, Tensor? q_num_blocks=None, "
-    "Tensor? q_indices=None, int block_size_m=128, int block_size_n=128) "
-    "-> (Tensor out, Tensor softmax_lse)";
+    "Tensor? q_indices=None, int block_size_m=128, int block_size_n=128, "
+    "Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "
+    "ScalarType? out_dtype=None) -> (Tensor out, Tensor softmax_lse)";
 
 // Returns dq, dk, dv with the shapes and dtype of q, k, v (fresh contiguous tensors), dsink.
 inline constexpr const char* kBwdSchema =
@@ -50,7 +58,9 @@ inline constexpr const char* kVarlenFwdSchema =
     "bool deterministic=False, Tensor? block_table=None, float dropout_p=0.0, "
     "Tensor? rng_state=None, Tensor? learnable_sink=None, Tensor? kv_num_blocks=None, "
     "Tensor? kv_indices=None, Tensor? q_num_blocks=None, Tensor? q_indices=None, "
-    "int block_size_m=128, int block_size_n=128) -> (Tensor out, Tensor softmax_lse)";
+    "int block_size_m=128, int block_size_n=128, Tensor? q_descale=None, "
+    "Tensor? k_descale=None, Tensor? v_descale=None, ScalarType? out_dtype=None) "
+    "-> (Tensor out, Tensor softmax_lse)";
 
 inline constexpr const char* kVarlenBwdSchema =
     "varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
@@ -86,7 +96,8 @@ inline constexpr const char* kFwdKvcacheSchema =
     "Tensor? alibi_slopes, int num_splits) -> (Tensor out, Tensor softmax_lse)";
 
 // Which backend ("cpu", "sm80", "sm80-ptx", "sm80-decode", "sm90") the fwd / bwd direction of a call with
-// these inputs would run; varlen when cu_seqlens_q/k are given. Raises what the call would.
+// these inputs would run; varlen when cu_seqlens_q/k are given. Raises what the call would
+// (float8 q: the FP8 errors; the bwd direction of float8 inputs: FP8 is forward only).
 inline constexpr const char* kKernelPathSchema =
     "kernel_path(str direction, Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, "
     "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "

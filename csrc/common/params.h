@@ -6,7 +6,9 @@
 
 namespace flashattn {
 
-enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
+// kFloat8E4M3: torch.float8_e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits, no
+// infinities, NaN = S.1111.111, max 448); q / k / v of an FP8 forward only (issue 14).
+enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2, kFloat8E4M3 = 3 };
 
 // Layouts (strides are in elements, the last dimension is always contiguous):
 //   padded : q (batch, seqlen_q, nheads, d)        lse (batch, nheads, seqlen_q) fp32
@@ -38,6 +40,21 @@ enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
 // dropped. p is quantised to 8 bits: dropout_threshold = max(1, round(p * 256)) (at most
 // 255), a column is dropped iff its Philox byte < dropout_threshold, so the effective p is
 // p_q = threshold / 256 and dropout_scale = 1 / (1 - p_q) keeps E[out] exact.
+//
+// FP8 forward (dtype == kFloat8E4M3, issue 14): q, k, v hold e4m3 codes, and every formula
+// above applies to the dequantized inputs, per sequence b and KV head hk = h / (nheads /
+// nheads_k) (query head h's group; varlen: b is the sequence index):
+//   q_deq[b, i, h, c]  = float(q[b, i, h, c])  * q_descale(b, hk)
+//   k_deq[b, j, hk, c] = float(k[b, j, hk, c]) * k_descale(b, hk)
+//   v_deq[b, j, hk, c] = float(v[b, j, hk, c]) * v_descale(b, hk)
+//   x_descale(b, hk)   = x_descale_ptr ? x_descale_ptr[b * x_descale_batch_stride + hk] : 1
+// so s = (q.k)_e4m3 * q_descale * k_descale * softmax_scale (the descales fold into the
+// softmax scale) and out = (P v)_e4m3 * v_descale (folded into the epilogue). out is bf16 or
+// fp16 (out_dtype), lse fp32. Forward only; the API refuses ALiBi, dropout, sinks,
+// block-sparse, paged KV / KV cache and attn_probs with FP8 on every backend, so an FP8
+// kernel never sees those fields set. A kernel may round P to e4m3 for its P V product (the
+// tolerance is that of tests/reference.py's emulation: P scaled by 2^8 before the rounding,
+// the row sum l taken from the unrounded fp32 P); the CPU backend keeps P in fp32.
 struct FwdParams {
   // Inputs. q/k have head dim `headdim`; v and out have head dim `headdim_v`.
   const void* q_ptr = nullptr;
@@ -47,7 +64,7 @@ struct FwdParams {
   int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
 
-  // Outputs: out has q's dtype; lse is fp32.
+  // Outputs: out has dtype out_dtype (below: q's dtype, bf16 / fp16 for FP8); lse is fp32.
   void* o_ptr = nullptr;
   int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
   float* lse_ptr = nullptr;
@@ -67,8 +84,10 @@ struct FwdParams {
   const int32_t* cu_seqlens_k = nullptr;
   bool is_varlen = false;
 
-  // Options.
+  // Options. dtype: q / k / v's element type; out_dtype: out's, equal to dtype except for
+  // FP8 (dtype kFloat8E4M3, out_dtype kBFloat16 or kFloat16).
   DType dtype = DType::kFloat16;
+  DType out_dtype = DType::kFloat16;
   float softmax_scale = 1.f;
   float softmax_scale_log2 = 1.f;  // softmax_scale * log2(e), for exp2
   float softcap = 0.f;             // 0 = off
@@ -78,6 +97,14 @@ struct FwdParams {
 
   // Attention sink (semantics above): fp32 (nheads,) on q's device, nullptr = off.
   const float* sink_ptr = nullptr;
+
+  // FP8 descales (semantics above): fp32 (batch, nheads_k) on q's device, head stride 1, the
+  // batch stride nheads_k (the API makes them contiguous); nullptr = 1. Only with dtype
+  // kFloat8E4M3 (the API refuses descales of other dtypes).
+  const float* q_descale_ptr = nullptr;
+  const float* k_descale_ptr = nullptr;
+  const float* v_descale_ptr = nullptr;
+  int64_t q_descale_batch_stride = 0, k_descale_batch_stride = 0, v_descale_batch_stride = 0;
 
   // Dropout (semantics above); dropout_threshold == 0 = off (then the rest is unused).
   // rng_state: int64 (2,) = {seed, offset} on q's device, drawn by the caller (interface.py,

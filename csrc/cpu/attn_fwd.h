@@ -3,11 +3,19 @@
 // GPU kernels do. Keys come from the KV batch and row range of seq_info (KV cache) or
 // through the block table (paged). Block-sparse (kv_num_blocks set): a task is one query
 // block, and it streams only the kept key blocks' part of its visible keys (params.h).
+// FP8 (kDt = kFloat8E4M3, params.h): the tile loads dequantize (e4m3 -> fp32, times the
+// descale of the row's (b, KV head)); out is kOut (bf16 / fp16). Every other dtype has kOut = kDt.
 // Included inside namespace flashattn::cpu::FLASHATTN_CPU_ISA after scores.h.
 
-template <DType kDt>
+// The descale of (b, hk) (params.h): 1 without one.
+inline float descale_of(const float* ptr, int64_t batch_stride, int b, int hk) {
+  return ptr ? ptr[b * batch_stride + hk] : 1.f;
+}
+
+template <DType kDt, DType kOut = kDt>
 struct FwdKernel {
   using T = typename Elem<kDt>::T;
+  using TO = typename Elem<kOut>::T;
   static constexpr int kBN = kFwdBlockN;
   static_assert(kBN % kW == 0, "key tiles must hold whole vectors");
 
@@ -20,17 +28,17 @@ struct FwdKernel {
   // Paged KV: the tile of logical key rows [r0, r0 + n) of sequence b, one run of rows per
   // page (params.h, page_of); k / v point at the head's column in page 0.
   static void load_paged(const FwdParams& p, int b, int64_t r0, int n, const T* k, const T* v,
-                         float* kt, float* vs, float* tmp) {
+                         float* kt, float* vs, float* tmp, float kd, float vd) {
     const int dvp = round_up(p.headdim_v, kColPad);
     for (int j = 0; j < n;) {
       const int64_t r = r0 + j, page = page_of(p, b, r);
       const int row = static_cast<int>(r % p.page_size);
       const int run = n - j < p.page_size - row ? n - j : p.page_size - row;
       load_transposed<kDt>(k + page * p.k_batch_stride + row * p.k_row_stride, p.k_row_stride,
-                           run, p.headdim, kt + j, kBN, tmp);
+                           run, p.headdim, kt + j, kBN, tmp, kd);
       const T* vp = v + page * p.v_batch_stride + row * p.v_row_stride;
       for (int i = 0; i < run; ++i)
-        load_row_vec<kDt>(vp + i * p.v_row_stride, p.headdim_v, dvp, vs + (j + i) * dvp);
+        load_row_deq<kDt>(vp + i * p.v_row_stride, p.headdim_v, dvp, vd, vs + (j + i) * dvp);
       j += run;
     }
   }
@@ -46,6 +54,9 @@ struct FwdKernel {
     const int hk = h / (p.nheads / p.nheads_k);
     const float slope = alibi_slope(p, b, h);
     const bool drop = p.dropout_threshold > 0;
+    const float qd = descale_of(p.q_descale_ptr, p.q_descale_batch_stride, b, hk);
+    const float kd = descale_of(p.k_descale_ptr, p.k_descale_batch_stride, b, hk);
+    const float vd = descale_of(p.v_descale_ptr, p.v_descale_batch_stride, b, hk);
 
     float* qs = scratch;                     // bm x d
     float* kt = qs + int64_t(bm) * d;        // d x kBN   (K^T, the B operand of Q K^T)
@@ -66,7 +77,7 @@ struct FwdKernel {
       k += seq.k_batch * p.k_batch_stride + seq.k_row0 * p.k_row_stride;
       v += seq.k_batch * p.v_batch_stride + seq.k_row0 * p.v_row_stride;
     }
-    for (int i = 0; i < m; ++i) load_row_vec<kDt>(q + i * p.q_row_stride, d, d, qs + i * d);
+    for (int i = 0; i < m; ++i) load_row_deq<kDt>(q + i * p.q_row_stride, d, d, qd, qs + i * d);
     for (int64_t x = 0; x < int64_t(m) * dvp; ++x) o[x] = 0.f;
     const float neg_inf = -__builtin_inff();
     for (int i = 0; i < m; ++i) row_max[i] = neg_inf, row_sum[i] = 0.f;
@@ -79,12 +90,12 @@ struct FwdKernel {
         const int n = n_end - j0 < kBN ? n_end - j0 : kBN;
         const int nc = round_up(n, kW);
         if (paged) {
-          load_paged(p, b, seq.k_row0 + j0, n, k, v, kt, vs, tmp);
+          load_paged(p, b, seq.k_row0 + j0, n, k, v, kt, vs, tmp, kd, vd);
         } else {
           load_transposed<kDt>(k + int64_t(j0) * p.k_row_stride, p.k_row_stride, n, d, kt, kBN,
-                               tmp);
+                               tmp, kd);
           for (int j = 0; j < n; ++j)
-            load_row_vec<kDt>(v + int64_t(j0 + j) * p.v_row_stride, dv, dvp, vs + j * dvp);
+            load_row_deq<kDt>(v + int64_t(j0 + j) * p.v_row_stride, dv, dvp, vd, vs + j * dvp);
         }
         for (int c = 0; c < d; ++c)
           for (int j = n; j < nc; ++j) kt[c * kBN + j] = 0.f;
@@ -144,7 +155,7 @@ struct FwdKernel {
       }
     }
 
-    T* out = static_cast<T*>(p.o_ptr) + b * p.o_batch_stride +
+    TO* out = static_cast<TO*>(p.o_ptr) + b * p.o_batch_stride +
              (seq.q_row0 + i0) * p.o_row_stride + h * p.o_head_stride;
     float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + i0;
     const float keep_scale = drop ? p.dropout_scale : 1.f;
@@ -152,7 +163,7 @@ struct FwdKernel {
       for (int i = 0; i < m; ++i) {
         const float l = row_sum[i];
         const bool empty = !(l > 0.f);  // no visible key: out 0, lse -inf
-        store_row<kDt>(o + i * dvp, dv, empty ? 0.f : keep_scale / l, out + i * p.o_row_stride);
+        store_row<kOut>(o + i * dvp, dv, empty ? 0.f : keep_scale / l, out + i * p.o_row_stride);
         lse[i] = empty ? neg_inf : row_max[i] * kLn2 + logf(l);
       }
     } else {
@@ -162,7 +173,7 @@ struct FwdKernel {
       for (int i = 0; i < m; ++i) {
         const float mx = row_max[i], ref = mx > s2 ? mx : s2;
         const float alpha = exp2f(mx - ref), l = row_sum[i] * alpha + exp2f(s2 - ref);
-        store_row<kDt>(o + i * dvp, dv, alpha * keep_scale / l, out + i * p.o_row_stride);
+        store_row<kOut>(o + i * dvp, dv, alpha * keep_scale / l, out + i * p.o_row_stride);
         lse[i] = (mx > s2 ? mx * kLn2 : p.sink_ptr[h]) + logf(l);  // exactly sink if empty
       }
     }

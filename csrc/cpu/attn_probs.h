@@ -77,5 +77,6 @@ inline void run_probs(const FwdParams& p, const ParallelFor& parallel_for) {
     case DType::kFloat32: return ProbsKernel<DType::kFloat32>::run(p, parallel_for);
     case DType::kFloat16: return ProbsKernel<DType::kFloat16>::run(p, parallel_for);
     case DType::kBFloat16: return ProbsKernel<DType::kBFloat16>::run(p, parallel_for);
+    case DType::kFloat8E4M3: return;  // the API refuses FP8 here (no dropout, no S)
   }
 }

@@ -62,6 +62,16 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// float8_e4m3fn -> fp32, exact: S.EEEE.MMM with exponent bias 7, subnormals (E = 0) m * 2^-9
+// (normal fp32 values: no flush-to-zero mode can touch them), no infinities, S.1111.111 NaN.
+inline float e4m3_to_float(uint8_t x) {
+  const uint32_t sign = static_cast<uint32_t>(x & 0x80u) << 24;
+  const uint32_t exp = (x >> 3) & 0xfu, mant = x & 0x7u;
+  if (exp == 0xfu && mant == 0x7u) return bits_f32(sign | 0x7fc00000u);
+  if (exp != 0) return bits_f32(sign | ((exp + 120u) << 23) | (mant << 20));
+  return bits_f32(sign | f32_bits(static_cast<float>(mant) * 0.001953125f));  // m * 2^-9
+}
+
 // Element access by dtype (the dtype is a template parameter of every kernel).
 template <DType kDt>
 struct Elem;
@@ -82,6 +92,13 @@ struct Elem<DType::kBFloat16> {
   using T = uint16_t;
   static float load(T x) { return bf16_to_float(x); }
   static T store(float x) { return float_to_bf16(x); }
+};
+
+// FP8 inputs only (no FP8 output: out is bf16 / fp16, params.h).
+template <>
+struct Elem<DType::kFloat8E4M3> {
+  using T = uint8_t;
+  static float load(T x) { return e4m3_to_float(x); }
 };
 
 // dst[0, n) = src[0, n) as fp32, dst[n, n_pad) = 0.

@@ -113,7 +113,7 @@ template <DType kDt>
 FLASHATTN_CPU_INLINE void load_row_vec(const typename Elem<kDt>::T* src, int n, int n_pad,
                                        float* dst) {
 #if FLASHATTN_CPU_AVX2
-  if constexpr (kDt != DType::kFloat32) {
+  if constexpr (kDt == DType::kFloat16 || kDt == DType::kBFloat16) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -130,17 +130,32 @@ FLASHATTN_CPU_INLINE void load_row_vec(const typename Elem<kDt>::T* src, int n, 
   load_row<kDt>(src, n, n_pad, dst);
 }
 
+// load_row_vec times `scale`, for FP8 only: the dequantization of params.h (e4m3 -> fp32, times
+// the descale), one fp32 rounding. Other dtypes ignore the scale (the API refuses descales
+// there), so their loads stay exactly load_row_vec.
+template <DType kDt>
+FLASHATTN_CPU_INLINE void load_row_deq(const typename Elem<kDt>::T* src, int n, int n_pad,
+                                       float scale, float* dst) {
+  load_row_vec<kDt>(src, n, n_pad, dst);
+  if constexpr (kDt == DType::kFloat8E4M3) {
+    if (scale != 1.f)
+      for (int i = 0; i < n; ++i) dst[i] *= scale;
+  }
+}
+
 // dst[c * ld + j] = src row j, column c (fp32), for j < n, c < cols: the transposed packing
-// of K (and of V in the backward). Rows are converted into `tmp` first (cols floats).
+// of K (and of V in the backward). Rows are converted into `tmp` first (cols floats); FP8
+// rows are dequantized with `scale` (load_row_deq).
 template <DType kDt>
 FLASHATTN_CPU_INLINE void load_transposed(const typename Elem<kDt>::T* src, int64_t row_stride,
-                                          int n, int cols, float* dst, int ld, float* tmp) {
+                                          int n, int cols, float* dst, int ld, float* tmp,
+                                          float scale = 1.f) {
   for (int j = 0; j < n; ++j) {
     const float* row;
     if constexpr (kDt == DType::kFloat32) {
       row = src + j * row_stride;
     } else {
-      load_row_vec<kDt>(src + j * row_stride, cols, cols, tmp);
+      load_row_deq<kDt>(src + j * row_stride, cols, cols, scale, tmp);
       row = tmp;
     }
     for (int c = 0; c < cols; ++c) dst[c * ld + j] = row[c];

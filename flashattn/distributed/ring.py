@@ -542,6 +542,10 @@ def _check_inputs(fn, q, k, v, layout, varlen):
     if k.dtype != v.dtype:
         raise ValueError(f"flashattn: {fn}: k and v must have the same dtype, got {k.dtype} and "
                          f"{v.dtype}")
+    if torch.float8_e4m3fn in (q.dtype, k.dtype):
+        raise NotImplementedError(
+            f"flashattn: {fn}: FP8 (float8_e4m3fn) inputs are not supported by ring attention "
+            "(the FP8 forward of issue 14 is flash_attn_func / flash_attn_varlen_func's)")
     if layout not in LAYOUTS:
         raise ValueError(f"flashattn: {fn}: layout must be one of {LAYOUTS}, got {layout!r}")
     if layout == "zigzag" and q.shape[seq_dim] % 2:
