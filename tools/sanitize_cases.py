@@ -3,8 +3,10 @@ shapes with at least three K/V blocks, partial tiles, causal, window, GQA and va
 empty sequence). `--sm90`: only the Hopper cases (forced onto sm90, so a silent fallback
 fails; the backward runs sm90 where it takes the call). `--decode`: only the split-KV decode
 kernels (decoding-shaped calls, flash_attn_with_kvcache with appends, rotary, pages, and
-wrong metadata that must be clamped). Prints one line per case; exits non-zero on a
-Python-level failure."""
+wrong metadata that must be clamped). `--dropout`: only the dropout and attention-sink cases
+(the sm80 dropout variants of the forward and backward, every pairing of their Philox blocks,
+sinks on the main, sm90, decode and split-KV kernels, the dsink kernel, return_attn_probs' S).
+Prints one line per case; exits non-zero on a Python-level failure."""
 import os
 import sys
 
@@ -131,10 +133,46 @@ def decode_cases():
     run_kvcache(2, 1, 512, 4, 2, 64, bf16, num_splits=200)
 
 
+def run_probs(b, sq, sk, h, hk, d, dtype, **kw):
+    q = torch.randn(b, sq, h, d, device=dev, dtype=dtype)
+    k = torch.randn(b, sk, hk, d, device=dev, dtype=dtype)
+    v = torch.randn(b, sk, hk, d, device=dev, dtype=dtype)
+    flashattn.flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+    torch.cuda.synchronize()
+    print("attn_probs", b, sq, sk, h, hk, d, dtype, kw, "ok", flush=True)
+
+
+def dropout_cases():
+    """Dropout (sm80 variants; each head-dim bucket's backward tile pairs its Philox blocks
+    differently: along the key tiles, the query tiles, or not at all at d 192 / 256) and
+    sinks (every forward kernel, the dsink kernel, the split-KV combine)."""
+    sink = lambda h: torch.randn(h, device=dev).requires_grad_()  # noqa: E731 (dsink too)
+    for d in (32, 64, 96, 128, 192, 256):
+        run_padded(1, 200, 333, 4, 2, d, d, bf16, dropout_p=0.2, causal=d in (64, 192))
+    run_padded(2, 257, 390, 4, 2, 59, 59, fp16, dropout_p=0.1, window_size=(100, 20))
+    run_padded(1, 200, 300, 2, 1, 128, 128, bf16, dropout_p=0.3, softcap=20.0,
+               alibi_slopes=torch.rand(2, device=dev))
+    run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 64, bf16, dropout_p=0.15, causal=True)
+    run_padded(1, 300, 420, 4, 2, 128, 128, bf16, dropout_p=0.2, learnable_sink=sink(4),
+               deterministic=True)
+    run_padded(1, 300, 333, 4, 2, 128, 128, bf16, learnable_sink=sink(4), causal=True)
+    run_padded(1, 300, 333, 4, 2, 64, 64, fp16, learnable_sink=sink(4), window_size=(50, 50))
+    run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 128, bf16, learnable_sink=sink(4))
+    run_padded(2, 1, 700, 8, 2, 128, 128, bf16, learnable_sink=sink(8))   # split-KV + combine
+    run_padded(1, 2, 600, 4, 4, 64, 64, fp16, learnable_sink=sink(4), forward_only=True)
+    run_padded(1, 64, 700, 4, 2, 128, 128, bf16, dropout_p=0.1, forward_only=True)  # not decode
+    run_probs(2, 70, 90, 4, 2, 64, bf16, dropout_p=0.25, causal=True)
+    run_probs(1, 33, 200, 2, 2, 128, fp16, dropout_p=0.5, learnable_sink=sink(2))
+
+
 sm90 = (torch.cuda.get_device_capability() == (9, 0)
         and not flashattn.BUILD_CONFIG["FLASHATTN_DISABLE_SM90"])
 if "--decode" in sys.argv:
     decode_cases()
+    print("all cases ran")
+    sys.exit(0)
+if "--dropout" in sys.argv:
+    dropout_cases()
     print("all cases ran")
     sys.exit(0)
 if "--sm90" in sys.argv:
@@ -146,6 +184,7 @@ if "--sm90" in sys.argv:
 if sm90:
     sm90_cases()
 decode_cases()
+dropout_cases()
 run_padded(1, 300, 333, 2, 1, 64, 64, bf16)
 run_padded(1, 300, 333, 2, 2, 128, 128, fp16, causal=True)
 os.environ["FLASHATTN_FORCE_BACKEND"] = "sm80"  # the d128 forward cases on sm80 too
