@@ -48,6 +48,16 @@ __device__ __forceinline__ void dropout_words_s(const DropoutRng& r, int I, int 
   b[1] = odd ? x.x[3] : r1;
 }
 
+// The same for one block (I, J) alone (a tile with an odd count of 16-column blocks): both
+// lanes of the pair draw it and keep their own half, no shuffle.
+__device__ __forceinline__ void dropout_words_s1(const DropoutRng& r, int I, int J, int lane,
+                                                 uint32_t (&a)[2]) {
+  const int g = lane >> 2, t = lane & 3;
+  const Philox4 x = dropout_bits(r.seed, r.offset, r.b, r.h, I, J, (g >> 1) * 4 + t);
+  a[0] = (g & 1) ? x.x[2] : x.x[0];
+  a[1] = (g & 1) ? x.x[3] : x.x[1];
+}
+
 // S^T orientation (backward; rows = keys): lane (k = lane / 4, q = lane % 4) holds key columns
 // {k, k + 8} and query rows {2q, 2q + 1, 2q + 8, 2q + 9} of a block, unit (q, k / 2). Blocks
 // A = (I, J) and B = (I2, J2) (query block I, key block J). On return a[e & 1] / b[e & 1]: the

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/dropout_lanes.cuh"
 #include "../common/mask.h"
 #include "../common/params.h"
 #include "../common/row_finish.h"
@@ -107,8 +108,9 @@ __device__ __forceinline__ int fwd_tile_of(int k, int cta, int ctas, int num_til
 // with the folded scale. The producer runs ahead into the next tile (its Q once the consumers'
 // last S is done, its K / V as stages free up), so loads overlap the epilogue. The K / V ring
 // counts iterations across tiles. Key blocks are visited from the last (the masked one, for
-// causal) down.
-template <class Cfg, typename Element, bool Has_score_mod>
+// causal) down. Has_dropout (params.h): Z on P before P V, the score transform then a run-time
+// switch (one instantiation for both); the sink is a run-time epilogue option of every variant.
+template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
                     int group) {
@@ -186,7 +188,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   setmaxnreg_inc<Cfg::kConsumerRegs>();
   const int c = wg - 1, warp = t / 32, lane = t % 32;
-  const float scale_log2 = Has_score_mod ? 1.4426950408889634f : p.softmax_scale_log2;
+  const bool score_mod_on =
+      Has_score_mod || (Has_dropout && (p.softcap > 0.f || p.alibi_slopes != nullptr ||
+                                        !(p.softmax_scale > 0.f)));
+  const float scale_log2 = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
+  DropoutRng rng{};
+  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0);
   const bool has_cap = p.softcap > 0.f;
   const float cap = p.softcap, inv_cap = has_cap ? 1.f / p.softcap : 0.f;
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
@@ -197,6 +204,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
     if (ti.m0 >= ti.si.seqlen_q) continue;  // varlen: past this sequence
     const int n_iters = ti.n_iters;
+    if constexpr (Has_dropout) rng.b = ti.b, rng.h = ti.h;
     const int row0 = ti.m0 + c * 64 + warp * 16 + lane / 4;  // this thread's rows: +0, +8
     int kb[2], ke[2];
 #pragma unroll
@@ -258,7 +266,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // needs), and packs P = exp2(S * scale - max) into `a` as the A operand of P V.
     auto softmax = [&](int it, uint32_t (&a)[kBN / 16][4]) {
       const int n0 = (ti.kbl.hi - 1 - it) * kBN;
-      if constexpr (Has_score_mod) {
+      if (Has_score_mod || (Has_dropout && score_mod_on)) {
         const float slope = alibi_slope(p, ti.b, ti.h);
         const int diag = row0 + ti.si.seqlen_k - ti.si.seqlen_q - n0 - (lane % 4) * 2;
 #pragma unroll
@@ -309,6 +317,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         a[kk][1] = pack_x2<Element>(s0[2], s0[3]);
         a[kk][2] = pack_x2<Element>(s0[4], s0[5]);
         a[kk][3] = pack_x2<Element>(s0[6], s0[7]);
+      }
+      // Dropout: the sums above are the undropped softmax's (params.h); Z zeroes what P V
+      // sees (1 / (1 - p) at the end), on the packed P: a[kk][x] holds columns 2t, 2t + 1 of
+      // n8 block 2 kk + (x >> 1), row half x & 1, whose keep bytes are 2 (x >> 1) and + 1 of
+      // that half's word: one byte permute widens them to 16-bit masks (2 ops per 2
+      // elements). Lanes pair 16-column blocks (dropout_lanes.cuh); an odd count's last block
+      // is drawn by both lanes of a pair.
+      if constexpr (Has_dropout) {
+        constexpr int kNB = kBN / 16;
+        const int I = (ti.m0 + c * 64 + warp * 16) >> 4, J0 = n0 >> 4;
+        auto apply = [&](int kk, const uint32_t (&w)[2]) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const uint32_t kept = dropout_kept4(rng, w[half]);
+            a[kk][half] &= __byte_perm(kept, 0u, 0x1100u);
+            a[kk][2 + half] &= __byte_perm(kept, 0u, 0x3322u);
+          }
+        };
+#pragma unroll
+        for (int pp = 0; pp < kNB / 2; ++pp) {
+          uint32_t wa[2], wb[2];
+          dropout_words_s(rng, I, J0 + 2 * pp, lane, wa, wb);
+          apply(2 * pp, wa);
+          apply(2 * pp + 1, wb);
+        }
+        if constexpr (kNB % 2 == 1) {
+          uint32_t w1[2];
+          dropout_words_s1(rng, I, J0 + kNB - 1, lane, w1);
+          apply(kNB - 1, w1);
+        }
       }
     };
     auto rescale_o = [&]() {
@@ -388,7 +426,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int row = row0 + 8 * r;
       if (row >= ti.si.seqlen_q) continue;
       const RowFinish fin = finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f,
-                                       has_sink, sink, 1.f);
+                                       has_sink, sink, Has_dropout ? p.dropout_scale : 1.f);
       const float inv = fin.inv;
       Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll

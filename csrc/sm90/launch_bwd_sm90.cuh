@@ -20,6 +20,7 @@ namespace flashattn::sm90 {
 // Why the sm90 backward's main kernel does not take this call (nullptr: it does).
 inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   if (const char* why = fwd_unsupported(p)) return why;
+  if (p.dropout_threshold > 0) return "dropout (not yet: the sm80 backward runs it)";
   // The fp32 accumulators' rows are the sm80 bucket long (bwd_workspace_layout).
   if (headdim_bucket(p.headdim, p.headdim_v) != kD)
     return "head dims outside the kernel's bucket (the accumulators' row length)";

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -70,10 +71,19 @@ inline bool strides_ok(int64_t a, int64_t b, int64_t c, int64_t m) {
 // sm80, or raises this reason under FLASHATTN_FORCE_BACKEND=sm90. Windows come as the API
 // passes them (a side >= seqlen_k as -1). Device checks (compute capability 9.0, shared
 // memory, head dims built) are the caller's: dispatch_fwd_sm90.cu.
+// The sm90 dropout forward (written 2026-12-02 after that session's GPU time): off unless
+// FLASHATTN_SM90_DROPOUT=1, until a GPU run has its tests pass (read per call: tests switch it).
+inline bool sm90_dropout_enabled() {
+  const char* env = std::getenv("FLASHATTN_SM90_DROPOUT");
+  return env != nullptr && env[0] == '1' && env[1] == '\0';
+}
+
 inline const char* fwd_unsupported(const FwdParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)
     return "dtype (it takes float16 and bfloat16)";
-  if (p.dropout_threshold > 0) return "dropout (not yet: the sm80 kernels run it)";
+  if (p.dropout_threshold > 0 && !sm90_dropout_enabled())
+    return "dropout (the sm90 dropout forward is off until a GPU run verifies it: "
+           "FLASHATTN_SM90_DROPOUT=1 turns it on; the sm80 kernels run dropout)";
   if (fwd_variant(p.headdim, p.headdim_v) < 0)
     return "head dim (it takes qk and v head dims that are multiples of 8, up to 256)";
   if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0) return "nheads not a multiple of nheads_k";
@@ -105,7 +115,7 @@ struct FwdGrid {
 };
 
 // One launch of the kernel of a given shape (the self-test times several).
-template <class Cfg, typename Element, bool Has_score_mod>
+template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false>
 void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) {
   if (const char* why = fwd_unsupported(p))
     throw std::runtime_error(std::string("flashattn sm90 fwd: unsupported call: ") + why);
@@ -139,7 +149,7 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
   const int64_t max_ctas = g.max_ctas > 0   ? g.max_ctas
                            : local          ? tiles
                                             : current_device_attribute(cudaDevAttrMultiProcessorCount);
-  auto kernel = fwd_kernel_sm90<Cfg, Element, Has_score_mod>;
+  auto kernel = fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout>;
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
   const unsigned grid = static_cast<unsigned>(tiles < max_ctas ? tiles : max_ctas);
@@ -156,7 +166,9 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
 // (or the scale is <= 0: max-then-scale needs it > 0).
 template <class Cfg, typename Element>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
-  if (p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
+  if (p.dropout_threshold > 0)  // the score transform switched inside
+    launch_fwd_sm90_kernel<Cfg, Element, false, true>(p, stream, g);
+  else if (p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
     launch_fwd_sm90_kernel<Cfg, Element, true>(p, stream, g);
   else
     launch_fwd_sm90_kernel<Cfg, Element, false>(p, stream, g);
