@@ -121,6 +121,56 @@ def alibi_bias(slopes, batch, nheads, sq, sk, device, dtype):
     return -slopes.view(batch, nheads, 1, 1) * dist
 
 
+def scores_ref(qc, kc, softmax_scale, wl, wr, softcap=0.0, alibi_slopes=None, block_mask=None,
+               block_size=(128, 128)):
+    """The scores of params.h, (B, H, sq, sk) in qc's dtype, -inf where not visible. qc (B, Sq,
+    H, d), kc (B, Sk, H, d) (heads already repeated), window (wl, wr) as effective_window."""
+    B, sq, H, _ = qc.shape
+    sk = kc.shape[1]
+    s = torch.einsum("bihd,bjhd->bhij", qc, kc) * softmax_scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        s = s + alibi_bias(alibi_slopes, B, H, sq, sk, s.device, qc.dtype)
+    vis = visible_mask(sq, sk, wl, wr, device=s.device)
+    if block_mask is not None:
+        vis = vis & block_mask_elements(block_mask.to(s.device), block_size, sq, sk)
+    return s.masked_fill(~vis, float("-inf"))
+
+
+def attn_probs_ref(q, k, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                   alibi_slopes=None, block_mask=None, block_size=(128, 128),
+                   cu_seqlens=None, compute_dtype=torch.float64):
+    """|S| of params.h (return_attn_probs): exp(s - m), m the row's max visible score (no
+    sink), 0 where not visible; (B, H, max_sq, max_sk) in compute_dtype. Padded, or varlen
+    with cu_seqlens = (cu_q, cu_k) (each sequence in its top-left corner)."""
+    d, H, hk = q.shape[-1], q.shape[-2], k.shape[-2]
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(d)
+    wl, wr = effective_window(causal, window_size)
+
+    def one(qb, kb, slopes):
+        qc, kc = qb.to(compute_dtype), kb.to(compute_dtype).repeat_interleave(H // hk, dim=2)
+        s = scores_ref(qc, kc, softmax_scale, wl, wr, softcap, slopes, block_mask, block_size)
+        m = s.amax(dim=-1, keepdim=True) if s.shape[-1] > 0 else s[..., :1]
+        return torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+
+    if cu_seqlens is None:
+        return one(q, k, alibi_slopes)
+    cq, ck = ([int(x) for x in c.tolist()] for c in cu_seqlens)
+    B = len(cq) - 1
+    sq = max(cq[b + 1] - cq[b] for b in range(B))
+    sk = max(ck[b + 1] - ck[b] for b in range(B))
+    out = torch.zeros(B, H, sq, sk, dtype=compute_dtype, device=q.device)
+    for b in range(B):
+        slopes = alibi_slopes
+        if slopes is not None and slopes.dim() == 2:
+            slopes = slopes[b]
+        pb = one(q[None, cq[b]:cq[b + 1]], k[None, ck[b]:ck[b + 1]], slopes)
+        out[b, :, :pb.shape[2], :pb.shape[3]] = pb[0]
+    return out
+
+
 def attention_ref(
     q,
     k,
@@ -156,16 +206,7 @@ def attention_ref(
     if hk != H:
         kc = kc.repeat_interleave(H // hk, dim=2)
         vc = vc.repeat_interleave(H // hk, dim=2)
-    # (B, H, sq, sk)
-    s = torch.einsum("bihd,bjhd->bhij", qc, kc) * softmax_scale
-    if softcap > 0:
-        s = softcap * torch.tanh(s / softcap)
-    if alibi_slopes is not None:
-        s = s + alibi_bias(alibi_slopes, B, H, sq, sk, s.device, compute_dtype)
-    vis = visible_mask(sq, sk, wl, wr, device=s.device)
-    if block_mask is not None:
-        vis = vis & block_mask_elements(block_mask.to(s.device), block_size, sq, sk)
-    s = s.masked_fill(~vis, float("-inf"))
+    s = scores_ref(qc, kc, softmax_scale, wl, wr, softcap, alibi_slopes, block_mask, block_size)
     if learnable_sink is not None:  # the sink column, last
         sink = learnable_sink.to(compute_dtype).view(1, H, 1, 1).expand(B, H, sq, 1)
         s = torch.cat([s, sink], dim=-1)

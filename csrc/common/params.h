@@ -117,9 +117,11 @@ struct FwdParams {
 
   // attn_probs (return_attn_probs=True): S (batch, nheads, s_rows, s_cols) in q's dtype, rows
   // and columns the sequence-local (i, j) up to max_seqlen_q/k rounded up to 128 (as
-  // flash-attn). S = P_ij (the undropped probability, lse_ptr the forward's), negated where
-  // dropout drops it, 0 where (i, j) is not visible or outside the sequence. Only the
-  // attn_probs op sets s_ptr; the forward kernels ignore it.
+  // flash-attn). S = exp(s_ij - m_i), m_i the row's max visible score (no sink): flash-attn's
+  // S for a single key block (its tests normalise it by exp(m_i - lse_i) per key block of
+  // interface._get_block_size_n), so P_ij = |S_ij| exp(m_i - lse_i); negated where dropout
+  // drops it, 0 where (i, j) is not visible or outside the sequence. Only the attn_probs op
+  // sets s_ptr; the forward kernels ignore it (lse_ptr is not read).
   void* s_ptr = nullptr;
   int64_t s_batch_stride = 0, s_head_stride = 0, s_row_stride = 0;
   int32_t s_rows = 0, s_cols = 0;

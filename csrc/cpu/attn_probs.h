@@ -1,7 +1,7 @@
-// attn_probs (return_attn_probs=True) of the CPU backend: S of params.h, the backward's P
-// recomputed from the forward's lse (so the sink and the lse agree with the forward), negated
-// where dropout drops it. One task = (batch, head, kBM query rows). A debugging output, as in
-// flash-attn: O(seqlen^2) memory, portable build only. Included inside namespace
+// attn_probs (return_attn_probs=True) of the CPU backend: S of params.h, exp(s - m) with m
+// the row's max visible score, negated where dropout drops it. Two passes over the keys per
+// task: the row max, then S. One task = (batch, head, kBM query rows). A debugging output, as
+// in flash-attn: O(seqlen^2) memory, portable build only. Included inside namespace
 // flashattn::cpu::FLASHATTN_CPU_ISA after scores.h.
 
 template <DType kDt>
@@ -27,27 +27,37 @@ struct ProbsKernel {
     float* qs = scratch;                 // kBM x d
     float* kt = qs + int64_t(kBM) * d;   // d x kBN
     float* s = kt + int64_t(d) * kBN;    // kBM x kBN
-    float* lse = s + int64_t(kBM) * kBN;
+    float* lse = s + int64_t(kBM) * kBN;  // the rows' max
     float* tmp = lse + kBM;
     const T* q = static_cast<const T*>(p.q_ptr) + b * p.q_batch_stride +
                  (seq.q_row0 + i0) * p.q_row_stride + h * p.q_head_stride;
     const T* k = static_cast<const T*>(p.k_ptr) + b * p.k_batch_stride +
                  seq.k_row0 * p.k_row_stride + hk * p.k_head_stride;
-    const float* lse_in =
-        p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + i0;
-    for (int i = 0; i < m; ++i) {
-      load_row_vec<kDt>(q + i * p.q_row_stride, d, d, qs + i * d);
-      lse[i] = lse_in[i] == -__builtin_inff() ? __builtin_inff() : lse_in[i];  // P = 0
-    }
-    T* out = static_cast<T*>(p.s_ptr) + b * p.s_batch_stride + h * p.s_head_stride +
-             int64_t(i0) * p.s_row_stride;
-    for (int j0 = 0; j0 < sk; j0 += kBN) {
-      const int n = sk - j0 < kBN ? sk - j0 : kBN, nc = round_up(n, kW);
+    for (int i = 0; i < m; ++i) load_row_vec<kDt>(q + i * p.q_row_stride, d, d, qs + i * d);
+    auto scores = [&](int j0, int n, int nc, const float* bias) {
       load_transposed<kDt>(k + int64_t(j0) * p.k_row_stride, p.k_row_stride, n, d, kt, kBN, tmp);
       for (int c = 0; c < d; ++c)
         for (int j = n; j < nc; ++j) kt[c * kBN + j] = 0.f;
       gemm<false>(m, nc, d, qs, d, 1, kt, kBN, s, kBN);
-      scores_log2(p, mi, slope, i0, j0, m, n, nc, s, kBN, lse, nullptr);
+      scores_log2(p, mi, slope, i0, j0, m, n, nc, s, kBN, bias, nullptr);
+    };
+    // Pass 1: the row max (log2 units; columns past n are masked by scores_log2).
+    float* row_max = lse;  // kBM floats
+    for (int i = 0; i < m; ++i) row_max[i] = -__builtin_inff();
+    for (int j0 = 0; j0 < sk; j0 += kBN) {
+      const int n = sk - j0 < kBN ? sk - j0 : kBN, nc = round_up(n, kW);
+      scores(j0, n, nc, nullptr);
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) row_max[i] = s[i * kBN + j] > row_max[i] ? s[i * kBN + j] : row_max[i];
+    }
+    // To natural units for scores_log2's bias; no visible key: +inf, so that exp2(-inf) = 0.
+    for (int i = 0; i < m; ++i)
+      row_max[i] = row_max[i] == -__builtin_inff() ? __builtin_inff() : row_max[i] * kLn2;
+    T* out = static_cast<T*>(p.s_ptr) + b * p.s_batch_stride + h * p.s_head_stride +
+             int64_t(i0) * p.s_row_stride;
+    for (int j0 = 0; j0 < sk; j0 += kBN) {
+      const int n = sk - j0 < kBN ? sk - j0 : kBN, nc = round_up(n, kW);
+      scores(j0, n, nc, row_max);
       for (int i = 0; i < m; ++i) {
         float* sr = s + i * kBN;
         for (int j = 0; j < nc; j += kW) vstore(sr + j, vexp2(vload(sr + j)));
