@@ -1,11 +1,17 @@
 // The vector type of one instruction-set build of the CPU kernels, as GCC vector
 // extensions. Included inside namespace flashattn::cpu::FLASHATTN_CPU_ISA by a kernels_*.cpp
-// file after its `#pragma GCC target`; FLASHATTN_CPU_AVX2 selects 8 lanes + FMA, otherwise
-// 4 lanes (SSE2 on x86-64, NEON on aarch64).
+// file after its `#pragma GCC target`; FLASHATTN_CPU_AVX512 selects 16 lanes (AVX-512F/BW/
+// DQ/VL, kernels_avx512.cpp, which also sets FLASHATTN_CPU_AVX2), FLASHATTN_CPU_AVX2 8 lanes
+// + FMA, otherwise 4 lanes (SSE2 on x86-64, NEON on aarch64).
 
 #define FLASHATTN_CPU_INLINE inline __attribute__((always_inline))
+#ifndef FLASHATTN_CPU_AVX512
+#define FLASHATTN_CPU_AVX512 0
+#endif
 
-#if FLASHATTN_CPU_AVX2
+#if FLASHATTN_CPU_AVX512
+inline constexpr int kW = 16;
+#elif FLASHATTN_CPU_AVX2
 inline constexpr int kW = 8;
 #else
 inline constexpr int kW = 4;
@@ -20,7 +26,9 @@ FLASHATTN_CPU_INLINE vf vload(const float* p) { return *reinterpret_cast<const v
 FLASHATTN_CPU_INLINE void vstore(float* p, vf v) { *reinterpret_cast<vf_mem*>(p) = v; }
 // (Not `vf{} + x`: without -ffast-math that is a real add, 0 + -0 being +0.)
 FLASHATTN_CPU_INLINE vf vbcast(float x) {
-#if FLASHATTN_CPU_AVX2
+#if FLASHATTN_CPU_AVX512
+  return vf{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#elif FLASHATTN_CPU_AVX2
   return vf{x, x, x, x, x, x, x, x};
 #else
   return vf{x, x, x, x};
@@ -28,7 +36,9 @@ FLASHATTN_CPU_INLINE vf vbcast(float x) {
 }
 
 FLASHATTN_CPU_INLINE vf vfma(vf a, vf b, vf c) {
-#if FLASHATTN_CPU_AVX2
+#if FLASHATTN_CPU_AVX512
+  return _mm512_fmadd_ps(a, b, c);
+#elif FLASHATTN_CPU_AVX2
   return _mm256_fmadd_ps(a, b, c);
 #else
   return a * b + c;
@@ -44,14 +54,18 @@ FLASHATTN_CPU_INLINE float sfma(float a, float b, float c) {
 }
 // NaN in `b` propagates (maxps returns its second operand when either is NaN).
 FLASHATTN_CPU_INLINE vf vmax(vf a, vf b) {
-#if FLASHATTN_CPU_AVX2
+#if FLASHATTN_CPU_AVX512
+  return _mm512_max_ps(a, b);
+#elif FLASHATTN_CPU_AVX2
   return _mm256_max_ps(a, b);
 #else
   return a > b ? a : b;
 #endif
 }
 FLASHATTN_CPU_INLINE vf vmin(vf a, vf b) {
-#if FLASHATTN_CPU_AVX2
+#if FLASHATTN_CPU_AVX512
+  return _mm512_min_ps(a, b);
+#elif FLASHATTN_CPU_AVX2
   return _mm256_min_ps(a, b);
 #else
   return a < b ? a : b;
@@ -115,12 +129,23 @@ FLASHATTN_CPU_INLINE void load_row_vec(const typename Elem<kDt>::T* src, int n, 
 #if FLASHATTN_CPU_AVX2
   if constexpr (kDt != DType::kFloat32) {
     int i = 0;
+#if FLASHATTN_CPU_AVX512
+    for (; i + 16 <= n; i += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+      if constexpr (kDt == DType::kFloat16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+      else
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                      _mm512_cvtepu16_epi32(h), 16)));
+    }
+#endif
     for (; i + 8 <= n; i += 8) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
       if constexpr (kDt == DType::kFloat16)
-        vstore(dst + i, _mm256_cvtph_ps(h));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
       else
-        vstore(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                      _mm256_cvtepu16_epi32(h), 16)));
     }
     for (; i < n; ++i) dst[i] = Elem<kDt>::load(src[i]);
     for (; i < n_pad; ++i) dst[i] = 0.f;
