@@ -5,11 +5,11 @@
 
 #if FLASHATTN_CPU_AVX512
 // AVX-512 (32 vector registers; kernels_avx512.cpp chose the blocking by measurement): kMR x
-// kNV accumulators + kNV B vectors + 1 broadcast. Panels narrower than kNV vectors (a padded
-// head dim of 16 or 48) take the column tail below.
+// kNV accumulators + kNV B vectors (the broadcasts fold into the FMAs). Panels narrower than
+// kNV vectors (a padded head dim of 16 or 48, a key tile of 16 .. 48) take the column tail.
 inline constexpr int kMR = FLASHATTN_CPU_AVX512_MR;
 inline constexpr int kNV = FLASHATTN_CPU_AVX512_NV;
-static_assert(kMR * kNV + kNV + 1 <= 32, "the register tile must fit the 32 zmm registers");
+static_assert(kMR * kNV + kNV <= 32, "the register tile must fit the 32 zmm registers");
 static_assert(kColPad % kW == 0, "padded widths must hold whole vectors");
 #else
 // 6 x 2 vectors of accumulators + 2 B vectors + 1 broadcast = 15 of the 16 vector registers.

@@ -72,11 +72,18 @@ FLASHATTN_CPU_INLINE vf vmin(vf a, vf b) {
 #endif
 }
 FLASHATTN_CPU_INLINE float hmax(vf v) {
+#if FLASHATTN_CPU_AVX512
+  // A tree (the scalar chain below is 16 dependent steps per row of every tile).
+  return _mm512_reduce_max_ps(v);
+#endif
   float m = v[0];
   for (int i = 1; i < kW; ++i) m = v[i] > m ? v[i] : m;
   return m;
 }
 FLASHATTN_CPU_INLINE float hsum(vf v) {
+#if FLASHATTN_CPU_AVX512
+  return _mm512_reduce_add_ps(v);
+#endif
   float s = 0.f;
   for (int i = 0; i < kW; ++i) s += v[i];
   return s;
@@ -157,9 +164,70 @@ FLASHATTN_CPU_INLINE void load_row_vec(const typename Elem<kDt>::T* src, int n, 
 
 // dst[c * ld + j] = src row j, column c (fp32), for j < n, c < cols: the transposed packing
 // of K (and of V in the backward). Rows are converted into `tmp` first (cols floats).
+#if FLASHATTN_CPU_AVX512
+// 16 floats of src as fp32 (16-bit types converted as in load_row_vec).
+template <DType kDt>
+FLASHATTN_CPU_INLINE __m512 load16_f32(const typename Elem<kDt>::T* src) {
+  if constexpr (kDt == DType::kFloat32) {
+    return _mm512_loadu_ps(src);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    if constexpr (kDt == DType::kFloat16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// r[i] = row i of a 16 x 16 block in, column i of it out (in registers: 64 shuffles).
+FLASHATTN_CPU_INLINE void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // Per 128-bit lane L, r[4i + q] then holds rows 4i .. 4i + 3 of column 4L + q.
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  // Column 4L + q is lane L of r[q], r[4 + q], r[8 + q], r[12 + q]: a 4 x 4 lane transpose.
+  for (int q = 0; q < 4; ++q) {
+    const __m512 ab0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88);
+    const __m512 ab1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
+    const __m512 cd0 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88);
+    const __m512 cd1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+    t[q] = _mm512_shuffle_f32x4(ab0, cd0, 0x88);
+    t[4 + q] = _mm512_shuffle_f32x4(ab1, cd1, 0x88);
+    t[8 + q] = _mm512_shuffle_f32x4(ab0, cd0, 0xdd);
+    t[12 + q] = _mm512_shuffle_f32x4(ab1, cd1, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+#endif
+
 template <DType kDt>
 FLASHATTN_CPU_INLINE void load_transposed(const typename Elem<kDt>::T* src, int64_t row_stride,
                                           int n, int cols, float* dst, int ld, float* tmp) {
+#if FLASHATTN_CPU_AVX512
+  // Whole 16 x 16 blocks in registers (a scalar loop is bound by its 4-byte loads and
+  // stores); the rows past the last whole block of 16 take the loop below.
+  const int n16 = n / 16 * 16, c16 = cols / 16 * 16;
+  for (int j0 = 0; j0 < n16; j0 += 16) {
+    for (int c0 = 0; c0 < c16; c0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = load16_f32<kDt>(src + (j0 + i) * row_stride + c0);
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + int64_t(c0 + i) * ld + j0, r[i]);
+    }
+    for (int c = c16; c < cols; ++c)
+      for (int j = j0; j < j0 + 16; ++j)
+        dst[c * ld + j] = Elem<kDt>::load(src[j * row_stride + c]);
+  }
+  src += n16 * row_stride;
+  dst += n16;
+  n -= n16;
+#endif
   for (int j = 0; j < n; ++j) {
     const float* row;
     if constexpr (kDt == DType::kFloat32) {
