@@ -556,6 +556,8 @@ def main(argv: Optional[list] = None) -> list:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--plot", metavar="DIR", help="also write PNG charts of TFLOP/s "
                         "against N per implementation into DIR (needs matplotlib)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
+                        help="the CPU grid's dtype (default fp32; the GPU grid is bf16)")
     args = parser.parse_args(argv)
     if torch.cuda.is_available():
         device = torch.device("cuda")
@@ -570,9 +572,10 @@ def main(argv: Optional[list] = None) -> list:
     else:
         device = torch.device("cpu")
         impls = implementations(device)
-        print(f"flashattn CPU backend vs torch CPU SDPA, fp32, {torch.get_num_threads()} "
-              "threads, median wall time (ms) of 3 calls after one warm-up")
-        cells = [Cell(mode, torch.float32, 64, False, N, B=1, H=8)
+        print(f"flashattn CPU backend vs torch CPU SDPA, {args.dtype}, "
+              f"{torch.get_num_threads()} threads, median wall time (ms) of 3 calls after one "
+              "warm-up")
+        cells = [Cell(mode, DTYPES[args.dtype], 64, False, N, B=1, H=8)
                  for mode in ("fwd", "bwd") for N in (1024, 2048, 4096)]
         timing = Timing(warmup_ms=0, rep_ms=0, min_reps=3)
         rows = run_cells(cells, impls, device, timing, unit="ms")

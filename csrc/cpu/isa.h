@@ -11,6 +11,13 @@ void fwd(const FwdParams& p, const ParallelFor& parallel_for);
 void bwd(const BwdParams& p, const ParallelFor& parallel_for);
 }  // namespace avx2
 
+// 16-lane build (kernels_avx512.cpp): run only where cpu_backend.cpp's check passes.
+namespace avx512 {
+bool compiled();  // false where the AVX-512 build is not compiled (non-x86, not GCC >= 10)
+void fwd(const FwdParams& p, const ParallelFor& parallel_for);
+void bwd(const BwdParams& p, const ParallelFor& parallel_for);
+}  // namespace avx512
+
 namespace generic {
 void fwd(const FwdParams& p, const ParallelFor& parallel_for);
 void bwd(const BwdParams& p, const ParallelFor& parallel_for);
