@@ -196,9 +196,15 @@ __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* 
 
 // Has_dropout (params.h): P and dS under the forward's Z; such a kernel takes the softcap as a
 // run-time switch (one instantiation for both).
-template <typename Tile, typename Element, bool Has_softcap, bool Has_dropout = false>
+// Is_sparse: block-sparse (params.h: q_num_blocks / q_indices, the transposed view); the key
+// tile lies in one mask key block (block_n a multiple of kBlockN) and visits the kernel query
+// blocks of its kept mask query blocks (block_m a multiple of kBlockM) within its visible
+// range, listed in shared memory past the tiles (list_cap entries) by thread 0; not
+// deterministic, no rotation (the host sees to both); softcap a run-time switch.
+template <typename Tile, typename Element, bool Has_softcap, bool Has_dropout = false,
+          bool Is_sparse = false>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
-    bwd_main_kernel(const __grid_constant__ BwdArgs args) {
+    bwd_main_kernel(const __grid_constant__ BwdArgs args, const int list_cap = 0) {
   constexpr int kD = Tile::kHeadDim, kBM = Tile::kBlockM, kBN = Tile::kBlockN;
   constexpr int kThreads = Tile::kThreads;
   // Per-warp fragment counts: SdP tile (kTileNSdP x kTileMSdP), dKV, dQ.
@@ -258,11 +264,38 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // Visiting order: m_begin, m_begin + 1, ... or, without a window (every key block sees
   // every query block), rotated to start at n_block: CTAs of one head then add into
   // different dQ rows at any time instead of all into the same ones.
-  const int m_len = m_end - m_begin;
+  int m_len = m_end - m_begin;
   const bwd_order::Chunk chunk =
       bwd_order::rotation_chunk(n_block, (sk + kBN - 1) / kBN, args.rot_chunk);
   const int m_rot = (args.rotate && m_len > 0) ? (n_block - chunk.start) % m_len : 0;
-  auto m_at = [&](int k) { const int r = k + m_rot; return m_begin + (r >= m_len ? r - m_len : r); };
+  int* sparse_list = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(smem_u4) +
+                                            Tile::kSmemBytes);
+  if constexpr (Is_sparse) {
+    __shared__ int sparse_count;
+    if (threadIdx.x == 0) {
+      int cnt = 0;
+      const int kbm = n0 / p.block_n, subs = p.block_m / kBM;
+      if (m_begin < m_end && kbm < p.n_kblocks && p.n_qblocks > 0) {
+        const int64_t c = b * p.bs_t_batch_stride + h * p.bs_t_head_stride + kbm;
+        const int nb = min(max(p.q_num_blocks[c], 0), p.n_qblocks);
+        for (int t = 0; t < nb; ++t) {
+          const int qmb = min(max(p.q_indices[c * p.n_qblocks + t], 0), p.n_qblocks - 1);
+          for (int sub = 0; sub < subs && cnt < list_cap; ++sub) {
+            const int m = qmb * subs + sub;
+            if (m >= m_begin && m < m_end) sparse_list[cnt++] = m;
+          }
+        }
+      }
+      sparse_count = cnt;
+    }
+    __syncthreads();
+    m_len = sparse_count;
+  }
+  auto m_at = [&](int k) {
+    if constexpr (Is_sparse) return sparse_list[k];
+    const int r = k + m_rot;
+    return m_begin + (r >= m_len ? r - m_len : r);
+  };
 
   const Element* q_g = static_cast<const Element*>(p.q_ptr) + b * p.q_batch_stride +
                        si.q_row0 * p.q_row_stride + h * p.q_head_stride;
@@ -310,10 +343,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_dk[a][c][e] = acc_dv[a][c][e] = 0.f;
 
-  if (m_begin < m_end) {
+  if (m_len > 0) {
     load_tile<kBN, kD, kThreads>(sK, k_g, p.k_row_stride, sk - n0, p.headdim, aligned, tid);
     load_tile<kBN, kD, kThreads>(sV, v_g, p.v_row_stride, sk - n0, p.headdim_v, aligned, tid);
-    load_q_block(m_begin + m_rot, 0);
+    load_q_block(m_at(0), 0);
     cp_async_commit();
   }
 
@@ -341,7 +374,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const float slope_log2 = alibi_slope(p, b, h) * kLog2e;
   const float scale_log2 = p.softmax_scale_log2;
   const float cap = p.softcap;
-  const bool softcap_on = Has_softcap || (Has_dropout && cap > 0.f);
+  const bool softcap_on = Has_softcap || ((Has_dropout || Is_sparse) && cap > 0.f);
   const float scale_over_cap = softcap_on ? p.softmax_scale / cap : 0.f;
   DropoutRng rng{};
   if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
@@ -524,7 +557,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     };
     const bool masked = !full_tile || slope_log2 != 0.f;
-    if constexpr (Has_dropout) {
+    if constexpr (Has_dropout || Is_sparse) {  // softcap switched at run time
       if (masked) {
         if (softcap_on) pointwise(std::true_type{}, std::true_type{});
         else pointwise(std::true_type{}, std::false_type{});
@@ -717,7 +750,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
               args.pair_out, lane);
     return;
   }
-  if (m_begin >= m_end) return;  // nothing to add
+  if (m_len == 0) return;  // nothing to add
   int* sem = nullptr;
   if (args.dkv_sem != nullptr) {
     sem = args.dkv_sem + (int64_t(b) * p.nheads_k + hk) * args.n_blocks + n_block;

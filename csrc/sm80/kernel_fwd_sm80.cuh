@@ -151,10 +151,16 @@ __device__ __forceinline__ float quad_sum(float x) {
 // Has_dropout: dropout (params.h) on P before P V; such a kernel decides the score transform
 // at run time (one instantiation for both). The attention sink is a run-time option of every
 // variant (the epilogue only).
-template <typename Traits, bool Is_even_K, bool Has_score_mod, bool Has_dropout = false>
+// Is_sparse: block-sparse (params.h: kv_num_blocks / kv_indices); the CTA's query tile lies in
+// one mask query block (block_m a multiple of kBlockM) and visits the kernel key blocks of its
+// kept mask key blocks (block_n a multiple of kBlockN) that intersect the visible keys, listed
+// in shared memory past the tiles (list_cap entries) by the first thread. Such a kernel takes
+// Has_dropout = true with dropout a run-time switch (one instantiation for both).
+template <typename Traits, bool Is_even_K, bool Has_score_mod, bool Has_dropout = false,
+          bool Is_sparse = false>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
     fwd_kernel_sm80(const __grid_constant__ FwdParams p, const bool vec_ok,
-                    const bool heavy_first) {
+                    const bool heavy_first, const int list_cap = 0) {
   using Element = typename Traits::Element;
   using TileQ = typename Traits::TileQ;
   using TileKV = typename Traits::TileKV;
@@ -199,8 +205,33 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   // Key blocks [n_begin, n_end) hold every key visible to some row of this block.
   const int key_lo = mask.key_begin(m0), key_hi = mask.key_end(m_last);
   const int n_begin = key_lo / kBlockN;
-  const int n_iters = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN - n_begin : 0;
-  const int n_last = n_begin + n_iters - 1;  // iteration `it` works on key block n_last - it
+  const int n_dense = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN - n_begin : 0;
+  const int n_last = n_begin + n_dense - 1;  // dense: iteration `it` works on block n_last - it
+  int* sparse_list = reinterpret_cast<int*>(smem + Traits::kSmemBytes);
+  int n_iters = n_dense;
+  if constexpr (Is_sparse) {
+    __shared__ int sparse_count;
+    if (threadIdx.x == 0) {
+      int cnt = 0;
+      const int qb = m0 / p.block_m, subs = p.block_n / kBlockN;
+      if (n_dense > 0 && qb < p.n_qblocks && p.n_kblocks > 0) {
+        const int64_t c = b * p.bs_batch_stride + h * p.bs_head_stride + qb;
+        const int nb = min(max(p.kv_num_blocks[c], 0), p.n_kblocks);
+        for (int t = 0; t < nb; ++t) {
+          const int mb = min(max(p.kv_indices[c * p.n_kblocks + t], 0), p.n_kblocks - 1);
+          for (int sub = 0; sub < subs && cnt < list_cap; ++sub) {
+            const int kb = mb * subs + sub, n0 = kb * kBlockN;
+            if (n0 < key_hi && n0 + kBlockN > key_lo) sparse_list[cnt++] = kb;
+          }
+        }
+      }
+      sparse_count = cnt;
+    }
+    __syncthreads();
+    n_iters = sparse_count;
+  }
+  // The key block of iteration `it`.
+  auto block_of = [&](int it) { return Is_sparse ? sparse_list[it] : n_last - it; };
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + TileQ::kBytes;
@@ -225,23 +256,37 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
                                         !(p.softmax_scale > 0.f)));
   const float scale_log2 = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
   DropoutRng rng{};
-  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
+  const bool drop_on = Has_dropout && (!Is_sparse || p.dropout_threshold > 0);
+  if (drop_on) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
 
   // This thread's rows in the block: row(mi, half) = mi*16*kNWarps + warp*16 + g + 8*half.
   const int g = lane >> 2, t = lane & 3;
   auto row_of = [&](int mi, int half) { return mi * 16 * kNWarps + warp * 16 + g + 8 * half; };
 
   if (n_iters > 0) {
-    // Only key block n_last (iteration 0) can cross the end of the keys: row checks there only.
+    // Only key block n_last (iteration 0) can cross the end of the keys: row checks there only
+    // (block-sparse: any block of the list may be the last, checked where it is).
     using CopyKV = typename Traits::CopyKV;
     auto load_k = [&](int it, auto check_rows) {
-      const int n0 = (n_last - it) * kBlockN;
+      const int n0 = block_of(it) * kBlockN;
+      if (Is_sparse && !decltype(check_rows)::value && n0 + kBlockN > seq.seqlen_k) {
+        load_tile<CopyKV, TileKV, Is_even_K, true>(
+            sK + (it % kStages) * TileKV::kBytes, k + n0 * p.k_row_stride, p.k_row_stride,
+            seq.seqlen_k - n0, p.headdim, vec_ok, p.k_ptr);
+        return;
+      }
       load_tile<CopyKV, TileKV, Is_even_K, decltype(check_rows)::value>(
           sK + (it % kStages) * TileKV::kBytes, k + n0 * p.k_row_stride, p.k_row_stride,
           seq.seqlen_k - n0, p.headdim, vec_ok, p.k_ptr);
     };
     auto load_v = [&](int it, auto check_rows) {
-      const int n0 = (n_last - it) * kBlockN;
+      const int n0 = block_of(it) * kBlockN;
+      if (Is_sparse && !decltype(check_rows)::value && n0 + kBlockN > seq.seqlen_k) {
+        load_tile<CopyKV, TileKV, Is_even_K, true>(
+            sV + (it % kStages) * TileKV::kBytes, v + n0 * p.v_row_stride, p.v_row_stride,
+            seq.seqlen_k - n0, p.headdim_v, vec_ok, p.v_ptr);
+        return;
+      }
       load_tile<CopyKV, TileKV, Is_even_K, decltype(check_rows)::value>(
           sV + (it % kStages) * TileKV::kBytes, v + n0 * p.v_row_stride, p.v_row_stride,
           seq.seqlen_k - n0, p.headdim_v, vec_ok, p.v_ptr);
@@ -282,7 +327,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
     };
 
     for (int it = 0; it < n_iters; ++it) {
-      const int n0 = (n_last - it) * kBlockN;
+      const int n0 = block_of(it) * kBlockN;
       const uint32_t sKs = sK + (it % kStages) * TileKV::kBytes;
       const uint32_t sVs = sV + (it % kStages) * TileKV::kBytes;
       // K(it) has landed once at most 2*(kStages-1) newer groups are pending; the barrier also
@@ -400,8 +445,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
       // Dropout: the sums above are the undropped softmax's (params.h); Z zeroes what P V
       // sees (the 1 / (1 - p) is applied to O at the end). Pairs of 16-column blocks share
       // one Philox call per lane (dropout_lanes.cuh).
-      if constexpr (Has_dropout) {
-        static_assert(kNFragsS % 4 == 0, "dropout pairs 16-column blocks");
+      if (drop_on) {
+        static_assert(!Has_dropout || kNFragsS % 4 == 0, "dropout pairs 16-column blocks");
 #pragma unroll
         for (int mi = 0; mi < kMFrags; ++mi)
 #pragma unroll
@@ -459,7 +504,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   // row_finish.h.
   __syncthreads();  // every warp is done reading Q / K / V tiles
   const float lse_scale = scale_log2 * kLn2;
-  const float out_scale = Has_dropout ? p.dropout_scale : 1.f;
+  const float out_scale = drop_on ? p.dropout_scale : 1.f;
   const bool has_sink = p.sink_ptr != nullptr;
   const float sink = has_sink ? p.sink_ptr[h] : 0.f;
   float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + m0;

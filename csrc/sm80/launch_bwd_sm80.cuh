@@ -89,7 +89,7 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
                                     int64_t(n_blocks) * p.nheads * p.batch);
   // Rotated visiting order without a window. Deterministic mode then waits on CTAs with
   // higher linear indices within a rotation chunk: chunks of at most one CTA per SM.
-  args.rotate = p.window_left < 0 && p.window_right < 0;
+  args.rotate = p.window_left < 0 && p.window_right < 0 && p.q_num_blocks == nullptr;
   args.rot_chunk = p.deterministic ? det_rotation_chunk() : n_blocks;
 
   const int smem_optin = smem_optin_bytes();
@@ -121,10 +121,38 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
         if (kSmem > 48 * 1024)
           FLASHATTN_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-        kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
+        kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args, 0);
         FLASHATTN_LAUNCH_CHECK();
       };
-      if (p.dropout_threshold > 0)  // softcap switched inside
+      if (p.q_num_blocks != nullptr) {
+        // Block-sparse: the key tile in one mask key block, whole kernel query blocks per
+        // mask query block; the list of visited query blocks past the tiles in smem.
+        if (p.block_m % Tile::kBlockM != 0 || p.block_n % Tile::kBlockN != 0)
+          throw std::runtime_error(
+              "flashattn sm80 bwd: block-sparse block sizes (" + std::to_string(p.block_m) +
+              ", " + std::to_string(p.block_n) + ") must be multiples of the backward tile (" +
+              std::to_string(Tile::kBlockM) + ", " + std::to_string(Tile::kBlockN) +
+              ") at head dim " + std::to_string(kHeadDim));
+        if (p.deterministic)
+          throw std::runtime_error("flashattn sm80 bwd: block-sparse with deterministic=True "
+                                   "is not built");
+        const int64_t cap = int64_t(p.n_qblocks) * (p.block_m / Tile::kBlockM);
+        const int64_t smem = Tile::kSmemBytes + 4 * cap;
+        if (smem > smem_optin)
+          throw std::runtime_error("flashattn sm80 bwd: block-sparse over " +
+                                   std::to_string(p.seqlen_q) + " query rows needs " +
+                                   std::to_string(smem) + " bytes of shared memory, above the "
+                                   "GPU's " + std::to_string(smem_optin));
+        auto sparse = [&](auto kernel) {
+          FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
+              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+          kernel<<<grid, Tile::kThreads, static_cast<size_t>(smem), stream>>>(
+              args, static_cast<int>(cap));
+          FLASHATTN_LAUNCH_CHECK();
+        };
+        if (p.dropout_threshold > 0) sparse(bwd_main_kernel<Tile, Element, false, true, true>);
+        else sparse(bwd_main_kernel<Tile, Element, false, false, true>);
+      } else if (p.dropout_threshold > 0)  // softcap switched inside
         launch(bwd_main_kernel<Tile, Element, false, true>);
       else
 #ifndef FLASHATTN_DISABLE_SOFTCAP

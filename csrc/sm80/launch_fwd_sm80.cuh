@@ -34,8 +34,38 @@ void launch_fwd(const FwdParams& p, bool vec_ok, dim3 grid, cudaStream_t stream,
     FLASHATTN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   }
-  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(p, vec_ok, heavy_first);
+  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(p, vec_ok, heavy_first, 0);
   FLASHATTN_LAUNCH_CHECK();
+}
+
+// Block-sparse (params.h): the query tile in one mask query block, whole kernel key blocks per
+// mask key block; the kernel lists its key blocks past the tiles in smem (list_cap ints).
+// Dropout is a run-time switch of the sparse kernel.
+template <typename Traits>
+void launch_fwd_sparse(const FwdParams& p, bool vec_ok, bool even_k, dim3 grid,
+                       cudaStream_t stream, bool heavy_first) {
+  if (p.block_m % Traits::kBlockM != 0 || p.block_n % Traits::kBlockN != 0)
+    throw std::runtime_error(
+        "flashattn sm80 fwd: block-sparse block sizes (" + std::to_string(p.block_m) + ", " +
+        std::to_string(p.block_n) + ") must be multiples of the forward tile (" +
+        std::to_string(Traits::kBlockM) + ", " + std::to_string(Traits::kBlockN) +
+        ") at head dim " + std::to_string(Traits::kHeadDim));
+  const int64_t cap = int64_t(p.n_kblocks) * (p.block_n / Traits::kBlockN);
+  const int64_t smem = Traits::kSmemBytes + 4 * cap;
+  if (smem > smem_optin_bytes())
+    throw std::runtime_error("flashattn sm80 fwd: block-sparse over " +
+                             std::to_string(p.seqlen_k) + " keys needs " +
+                             std::to_string(smem) + " bytes of shared memory, above the GPU's " +
+                             std::to_string(smem_optin_bytes()));
+  auto run = [&](auto kernel) {
+    FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, Traits::kNThreads, static_cast<size_t>(smem), stream>>>(
+        p, vec_ok, heavy_first, static_cast<int>(cap));
+    FLASHATTN_LAUNCH_CHECK();
+  };
+  if (even_k) run(fwd_kernel_sm80<Traits, true, false, true, true>);
+  else run(fwd_kernel_sm80<Traits, false, false, true, true>);
 }
 
 template <typename Traits>
@@ -53,6 +83,8 @@ void launch_fwd_variants(const FwdParams& p, cudaStream_t stream, int heavy_min_
   // selftest_fwd_sm80). The kernel's linear block index is 32-bit: only below 2^31 blocks.
   const bool heavy_first = p.seqlen_q >= heavy_min_seqlen &&
       heavy_first_ok(p.window_left, p.window_right, m_blocks * p.nheads * p.batch);
+  if (p.kv_num_blocks != nullptr)
+    return launch_fwd_sparse<Traits>(p, vec_ok, even_k, grid, stream, heavy_first);
   // Dropout: one variant per Is_even_K (the score transform switched inside).
   if (p.dropout_threshold > 0) {
     if (even_k) launch_fwd<Traits, true, false, true>(p, vec_ok, grid, stream, heavy_first);

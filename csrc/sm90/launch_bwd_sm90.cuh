@@ -21,6 +21,7 @@ namespace flashattn::sm90 {
 inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   if (const char* why = fwd_unsupported(p)) return why;
   if (p.dropout_threshold > 0) return "dropout (not yet: the sm80 backward runs it)";
+  if (p.q_num_blocks != nullptr) return "a block mask (not yet: the sm80 backward runs it)";
   // The fp32 accumulators' rows are the sm80 bucket long (bwd_workspace_layout).
   if (headdim_bucket(p.headdim, p.headdim_v) != kD)
     return "head dims outside the kernel's bucket (the accumulators' row length)";

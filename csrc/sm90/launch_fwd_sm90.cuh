@@ -81,6 +81,7 @@ inline bool sm90_dropout_enabled() {
 inline const char* fwd_unsupported(const FwdParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)
     return "dtype (it takes float16 and bfloat16)";
+  if (p.kv_num_blocks != nullptr) return "a block mask (not yet: the sm80 kernels run it)";
   if (p.dropout_threshold > 0 && !sm90_dropout_enabled())
     return "dropout (the sm90 dropout forward is off until a GPU run verifies it: "
            "FLASHATTN_SM90_DROPOUT=1 turns it on; the sm80 kernels run dropout)";
