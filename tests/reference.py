@@ -91,10 +91,11 @@ def effective_window(causal, window_size):
     return int(left), int(right)
 
 
-def visible_mask(sq, sk, window_left, window_right, device=None):
-    """Bool (sq, sk): True where query i may attend key j (bottom-right aligned)."""
-    i = torch.arange(sq, device=device).view(sq, 1)
-    j = torch.arange(sk, device=device).view(1, sk)
+def visible_mask(sq, sk, window_left, window_right, device=None, pos_offset=(0, 0)):
+    """Bool (sq, sk): True where query i may attend key j (bottom-right aligned). pos_offset:
+    the position offsets (q, k) of params.h: row i and key j stand at i + q, j + k."""
+    i = torch.arange(sq, device=device).view(sq, 1) + pos_offset[0]
+    j = torch.arange(sk, device=device).view(1, sk) + pos_offset[1]
     c = i + (sk - sq)
     vis = torch.ones(sq, sk, dtype=torch.bool, device=device)
     if window_left >= 0:
@@ -110,29 +111,31 @@ def block_mask_elements(block_mask, block_size, sq, sk):
     return block_mask.repeat_interleave(bm, -2).repeat_interleave(bn, -1)[..., :sq, :sk]
 
 
-def alibi_bias(slopes, batch, nheads, sq, sk, device, dtype):
-    """-slope * |i + sk - sq - j| as (B, H, sq, sk). slopes: (H,) or (B, H) fp32."""
+def alibi_bias(slopes, batch, nheads, sq, sk, device, dtype, pos_offset=(0, 0)):
+    """-slope * |i + sk - sq - j| as (B, H, sq, sk) (i, j shifted by pos_offset, params.h).
+    slopes: (H,) or (B, H) fp32."""
     slopes = slopes.to(device=device, dtype=dtype)
     if slopes.dim() == 1:
         slopes = slopes.view(1, nheads).expand(batch, nheads)
-    i = torch.arange(sq, device=device).view(sq, 1)
-    j = torch.arange(sk, device=device).view(1, sk)
+    i = torch.arange(sq, device=device).view(sq, 1) + pos_offset[0]
+    j = torch.arange(sk, device=device).view(1, sk) + pos_offset[1]
     dist = (i + (sk - sq) - j).abs().to(dtype)
     return -slopes.view(batch, nheads, 1, 1) * dist
 
 
 def scores_ref(qc, kc, softmax_scale, wl, wr, softcap=0.0, alibi_slopes=None, block_mask=None,
-               block_size=(128, 128)):
+               block_size=(128, 128), pos_offset=None):
     """The scores of params.h, (B, H, sq, sk) in qc's dtype, -inf where not visible. qc (B, Sq,
-    H, d), kc (B, Sk, H, d) (heads already repeated), window (wl, wr) as effective_window."""
+    H, d), kc (B, Sk, H, d) (heads already repeated), window (wl, wr) as effective_window;
+    pos_offset as attention_ref's."""
     B, sq, H, _ = qc.shape
     sk = kc.shape[1]
     s = torch.einsum("bihd,bjhd->bhij", qc, kc) * softmax_scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
     if alibi_slopes is not None:
-        s = s + alibi_bias(alibi_slopes, B, H, sq, sk, s.device, qc.dtype)
-    vis = visible_mask(sq, sk, wl, wr, device=s.device)
+        s = s + alibi_bias(alibi_slopes, B, H, sq, sk, s.device, qc.dtype, pos_offset)
+    vis = visible_mask(sq, sk, wl, wr, device=s.device, pos_offset=pos_offset)
     if block_mask is not None:
         vis = vis & block_mask_elements(block_mask.to(s.device), block_size, sq, sk)
     return s.masked_fill(~vis, float("-inf"))
@@ -187,11 +190,14 @@ def attention_ref(
     block_mask=None,
     block_size=(128, 128),
     fp8_p=False,
+    pos_offset=(0, 0),
 ):
     """Padded layout. q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv); learnable_sink
     (H,); dropout_keep bool (B, H, >= Sq, >= Sk) (the top-left block is used); block_mask
     dense bool (B or 1, H or 1, n_qblocks, n_kblocks) of block_size tiles. fp8_p: the FP8
     emulation's P (module docstring): P V with P * 2^8 rounded to e4m3, over the unrounded sum.
+    pos_offset: (q, k) ints, params.h's position offsets of every batch (mask and ALiBi; the
+    caller gives dropout_keep of the shifted positions, dropout_keep_ref's row0 / col0).
 
     Returns out (B, Sq, H, dv) in compute_dtype and lse (B, H, Sq) in compute_dtype.
     Differentiable (autograd) in q, k, v.
@@ -206,7 +212,8 @@ def attention_ref(
     if hk != H:
         kc = kc.repeat_interleave(H // hk, dim=2)
         vc = vc.repeat_interleave(H // hk, dim=2)
-    s = scores_ref(qc, kc, softmax_scale, wl, wr, softcap, alibi_slopes, block_mask, block_size)
+    s = scores_ref(qc, kc, softmax_scale, wl, wr, softcap, alibi_slopes, block_mask, block_size,
+                   pos_offset)
     if learnable_sink is not None:  # the sink column, last
         sink = learnable_sink.to(compute_dtype).view(1, H, 1, 1).expand(B, H, sq, 1)
         s = torch.cat([s, sink], dim=-1)
@@ -443,11 +450,12 @@ def dropout_threshold_ref(p):
     return min(255, max(1, int(np.float32(p) * np.float32(256) + np.float32(0.5))))
 
 
-def dropout_keep_ref(rng_state, batch, nheads, sq, sk, dropout_p):
-    """Bool (batch, nheads, sq, sk): Z of params.h for the int64 (seed, offset) rng_state."""
+def dropout_keep_ref(rng_state, batch, nheads, sq, sk, dropout_p, row0=0, col0=0):
+    """Bool (batch, nheads, sq, sk): Z of params.h for the int64 (seed, offset) rng_state, of
+    rows row0 + i and columns col0 + j (the position offsets of params.h)."""
     seed, offset = (int(x) & ((1 << 64) - 1) for x in rng_state.tolist())
-    b, h, i, j = np.meshgrid(np.arange(batch), np.arange(nheads), np.arange(sq), np.arange(sk),
-                             indexing="ij")
+    b, h, i, j = np.meshgrid(np.arange(batch), np.arange(nheads), np.arange(row0, row0 + sq),
+                             np.arange(col0, col0 + sk), indexing="ij")
     # 16 x 16 blocks (I, J); within one, cell (r, c) is in unit u = 4 ((r >> 1) & 3) + ((c >> 1)
     # & 3), word ((r & 1) << 1) | (r >> 3), byte ((c >> 3) << 1) | (c & 1) (philox.h).
     r, c = i & 15, j & 15

@@ -29,10 +29,12 @@ from flashattn.distributed import (
     zigzag_gather,
     zigzag_shard,
 )
-from flashattn.distributed.ring import _step_calls, _step_pair, _unshard, _VarlenRows
+from flashattn.distributed.ring import (_position_calls, _step_calls, _step_pair, _unshard,
+                                        _VarlenRows)
+from flashattn.interface import _rng_state
 from helpers import assert_close, check_results, rand
-from reference import (attention_ref, ref_and_lowp, ref_and_lowp_ext, ref_and_lowp_varlen,
-                       visible_mask)
+from reference import (attention_ref, dropout_keep_ref, dropout_threshold_ref, ref_and_lowp,
+                       ref_and_lowp_ext, ref_and_lowp_varlen, visible_mask)
 
 HAVE_GLOO = dist.is_available() and dist.is_gloo_available()
 needs_gloo = pytest.mark.skipif(
@@ -225,13 +227,43 @@ def test_window_schedule_covers_the_mask_once(window, layout, causal, world_size
     assert torch.equal(count, want)
 
 
+@pytest.mark.parametrize("window", [None, (0, 0), (4, 2), (5, -1), (-1, 3), (40, 40)],
+                         ids=lambda w: "nowindow" if w is None else f"w{w[0]}x{w[1]}")
+@pytest.mark.parametrize("layout", ["zigzag", "plain"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("known_len", [True, False], ids=["padded", "varlen"])
+def test_position_schedule_covers_the_mask_once(window, layout, causal, world_size, known_len):
+    # With position offsets (ALiBi, dropout, varlen windows) each call is a square chunk pair
+    # under the op's mask at its global positions (params.h: rows + q_pos_offset, keys +
+    # k_pos_offset, shift 0): every visible pair of the global mask is computed exactly once,
+    # and a pair left out hides everything. Varlen (known_len False): no host-side window skip.
+    c = 3
+    S = 2 * world_size * c
+    n = c if layout == "zigzag" else 2 * c
+    parts = {"all": slice(0, 2 * c), "first": slice(0, c), "second": slice(c, 2 * c)}
+    pos = torch.arange(S)
+    local = [SHARD[layout](pos, r, world_size, dim=0) for r in range(world_size)]
+    wl, wr = window if window is not None else (-1, -1)
+    wr = 0 if causal else wr
+    count = torch.zeros(S, S, dtype=torch.int64)
+    for rank in range(world_size):
+        for src in range(world_size):
+            for rows, cols, cq, ck in _position_calls(layout, causal, window, rank, src,
+                                                      world_size, n if known_len else None):
+                qpos, kpos = local[rank][parts[rows]], local[src][parts[cols]]
+                assert torch.equal(qpos, torch.arange(cq * n, cq * n + n))
+                assert torch.equal(kpos, torch.arange(ck * n, ck * n + n))
+                vis = visible_mask(n, n, wl, wr, pos_offset=(cq * n, ck * n))
+                count[qpos[:, None], kpos[None, :]] += vis.long()
+    assert torch.equal(count, visible_mask(S, S, wl, wr).long())
+
+
 def test_argument_errors():
     # Checked before any process group is needed (none exists in this process).
     q = torch.randn(1, 8, 2, 16)
-    with pytest.raises(NotImplementedError, match="dropout_p.*global query/key offsets"):
-        ring_flash_attn_func(q, q, q, dropout_p=0.1)
-    with pytest.raises(NotImplementedError, match="alibi_slopes.*global query/key offsets"):
-        ring_flash_attn_func(q, q, q, alibi_slopes=torch.rand(2))
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+        ring_flash_attn_func(q, q, q, dropout_p=1.0)
     with pytest.raises(ValueError, match="window_size must be a pair"):
         ring_flash_attn_func(q, q, q, window_size=3)
     with pytest.raises(ValueError, match=r"learnable_sink must be a float32 tensor of shape "
@@ -259,9 +291,8 @@ def test_argument_errors():
         ring_flash_attn_varlen_func(q, q, q, cu, 8)
     with pytest.raises(ValueError, match="cu_seqlens must be a 1-D int32 tensor"):
         ring_flash_attn_varlen_func(t, t, t, cu.long(), 8)
-    with pytest.raises(NotImplementedError,
-                       match="window_size.*packed sequences.*global query/key offsets"):
-        ring_flash_attn_varlen_func(t, t, t, cu, 8, window_size=(2, 2))
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+        ring_flash_attn_varlen_func(t, t, t, cu, 8, dropout_p=-0.1)
     with pytest.raises(ValueError, match=r"needs an even.*q.shape\[0\] = 7"):
         ring_flash_attn_varlen_func(t[:7], t[:7], t[:7], cu, 8)
 
@@ -272,8 +303,10 @@ def test_argument_errors():
 #   chunks: varlen, one chunk length per sequence (a zero-length sequence among them)
 #   heads: (nheads, nheads_k); group: the global ranks of a subgroup (None: the default group)
 
+#   alibi: None, "h" (nheads,) or "bh" (batch or sequences, nheads) slopes; dropout: dropout_p
+#   (rank r seeds torch with seed + r before the call: group rank 0's draw must be broadcast)
 _BASE = dict(dtype="fp32", heads=(4, 2), d=32, dv=32, softcap=0.0, deterministic=False,
-             group=None, probs=True, window=(-1, -1), sink=False)
+             group=None, probs=True, window=(-1, -1), sink=False, alibi=None, dropout=0.0)
 CASES = {
     1: [dict(layout="zigzag", causal=True, chunk=5)],  # a ring of one: no transfers
     2: [
@@ -288,6 +321,12 @@ CASES = {
         dict(layout="plain", causal=False, chunk=9, window=(4, 11)),
         dict(layout="zigzag", causal=True, chunk=7, sink=True),
         dict(layout="plain", causal=False, chunks=(5, 0, 3), sink=True),
+        dict(layout="zigzag", causal=True, chunk=7, alibi="h", dropout=0.2),
+        dict(layout="plain", causal=False, chunk=9, alibi="bh", heads=(4, 1)),
+        dict(layout="zigzag", causal=False, chunks=(5, 0, 3), dropout=0.25, sink=True),
+        dict(layout="zigzag", causal=True, chunks=(7, 4), window=(5, -1)),
+        dict(layout="plain", causal=True, chunks=(6, 3), window=(4, -1), alibi="bh",
+             dtype="bf16"),
     ],
     3: [
         dict(layout="zigzag", causal=True, chunk=9, softcap=2.5),
@@ -300,6 +339,11 @@ CASES = {
         dict(layout="zigzag", causal=False, chunk=7, window=(9, 2), heads=(4, 1)),
         dict(layout="plain", causal=True, chunk=8, window=(13, -1), softcap=2.0),
         dict(layout="zigzag", causal=True, chunk=5, sink=True, window=(6, -1), heads=(4, 1)),
+        dict(layout="zigzag", causal=True, chunk=7, dropout=0.3, heads=(4, 1)),
+        dict(layout="plain", causal=False, chunk=5, alibi="h", window=(6, 2), softcap=2.0),
+        dict(layout="zigzag", causal=False, chunks=(3, 5), window=(4, 7), dropout=0.2),
+        dict(layout="zigzag", causal=True, chunks=(5, 2), alibi="bh", sink=True,
+             dropout=0.1, group=(1, 2)),
     ],
     4: [
         dict(layout="zigzag", causal=True, chunk=7),
@@ -313,6 +357,10 @@ CASES = {
         dict(layout="zigzag", causal=True, chunk=6, window=(7, -1), dtype="bf16"),
         dict(layout="zigzag", causal=False, chunk=5, window=(-1, 3), deterministic=True),
         dict(layout="zigzag", causal=True, chunks=(2, 3), sink=True, softcap=2.0),
+        dict(layout="zigzag", causal=True, chunk=5, alibi="h", dropout=0.15, dtype="bf16",
+             deterministic=True),
+        dict(layout="plain", causal=True, chunks=(3, 4), window=(6, -1), dropout=0.2),
+        dict(layout="zigzag", causal=False, chunk=3, alibi="bh", window=(5, 5), heads=(4, 4)),
     ],
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -344,6 +392,10 @@ def _case_id(world_size, i):
         parts.append("window{}x{}".format(*c["window"]))
     if c["sink"]:
         parts.append("sink")
+    if c["alibi"]:
+        parts.append("alibi_" + c["alibi"])
+    if c["dropout"]:
+        parts.append(f"dropout{c['dropout']}")
     return "-".join(parts)
 
 
@@ -360,6 +412,12 @@ def _inputs(case, generator):
                 dout=randn(H, case["dv"]))
     if case["sink"]:
         data["sink"] = torch.randn(H, generator=generator)
+    if case["alibi"]:
+        batch = len(case["seqlens"]) if case["varlen"] else 2
+        slopes = torch.rand(H, generator=generator) * 0.3 + 0.02
+        if case["alibi"] == "bh":
+            slopes = slopes * (torch.rand(batch, 1, generator=generator) + 0.5)
+        data["alibi"] = slopes.contiguous()
     if case["varlen"]:
         data["cu"] = torch.tensor([0] + torch.tensor(case["seqlens"]).cumsum(0).tolist(),
                                   dtype=torch.int32)
@@ -396,6 +454,12 @@ def _run_case(case, data, group):
     sink = data["sink"].clone().requires_grad_() if case["sink"] else None
     if sink is not None:
         kw["learnable_sink"] = sink
+    if case["alibi"]:
+        kw["alibi_slopes"] = data["alibi"]
+    if case["dropout"]:
+        kw["dropout_p"] = case["dropout"]
+    # Every rank its own torch seed: only group rank 0's dropout draw counts (broadcast).
+    torch.manual_seed(data["rng_seed"] + dist.get_rank())
     if case["probs"]:
         out, lse, probs = attn(q, k, v, return_attn_probs=True, **kw)
         assert probs is None
@@ -417,6 +481,7 @@ def _run_case(case, data, group):
         assert all(torch.equal(o, sink.grad) for o in others), "dsink differs across ranks"
     if case["deterministic"]:  # a second run is the same bit for bit
         q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        torch.manual_seed(data["rng_seed"] + dist.get_rank())  # the same dropout mask
         out2 = attn(q2, k2, v2, **kw)
         out2.backward(dout)
         for name, a, b in (("out", out, out2), ("dq", q.grad, q2.grad), ("dk", k.grad, k2.grad),
@@ -445,8 +510,9 @@ def _worker(rank, world_size, port, tmpdir, seed):
             if case["group"] and rank not in case["group"]:
                 continue
             generator = torch.Generator().manual_seed(seed + i)  # the same data on every rank
+            data = dict(_inputs(case, generator), rng_seed=_rng_seed(seed, i))
             try:
-                full = _run_case(case, _inputs(case, generator), group)
+                full = _run_case(case, data, group)
             except Exception as e:
                 raise RuntimeError(f"case {_case_id(world_size, i)} failed on rank {rank} "
                                    f"(seed {seed})") from e
@@ -455,6 +521,11 @@ def _worker(rank, world_size, port, tmpdir, seed):
         torch.save(results, os.path.join(tmpdir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def _rng_seed(seed, i):
+    """The torch seed of global rank 0 for case i (rank r seeds this + r)."""
+    return seed + 1000 + 17 * i
 
 
 def _free_port():
@@ -507,7 +578,24 @@ def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
     case = _case(world_size, index)
     data = _inputs(case, torch.Generator().manual_seed(run_seed + index))
     opts = dict(causal=case["causal"], softcap=case["softcap"], window_size=case["window"])
-    if case["sink"]:
+    ours = results[index]
+    if case["alibi"] or case["dropout"]:
+        if case["alibi"]:
+            opts["alibi_slopes"] = data["alibi"]
+        if case["dropout"]:
+            # flash_attn_func's draw after the seed of the group's rank 0 (its global rank).
+            torch.manual_seed(_rng_seed(run_seed, index) + min(case["group"] or [0]))
+            rng = _rng_state(data["q"], case["dropout"])
+            batch = len(case["seqlens"]) if case["varlen"] else 2
+            S = max(case["seqlens"])
+            opts["dropout_keep"] = dropout_keep_ref(rng, batch, case["heads"][0], S, S,
+                                                    case["dropout"])
+            opts["dropout_scale"] = 256 / (256 - dropout_threshold_ref(case["dropout"]))
+            opts["out_used"] = ours["out"]  # the backward's D is from the stored out
+        cu = (data["cu"], data["cu"]) if case["varlen"] else None
+        ref, low = ref_and_lowp_ext(data["q"], data["k"], data["v"], data["dout"],
+                                    data.get("sink"), cu_seqlens=cu, **opts)
+    elif case["sink"]:
         cu = (data["cu"], data["cu"]) if case["varlen"] else None
         ref, low = ref_and_lowp_ext(data["q"], data["k"], data["v"], data["dout"], data["sink"],
                                     cu_seqlens=cu, **opts)
@@ -516,7 +604,6 @@ def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
                                        data["dout"], **opts)
     else:
         ref, low = ref_and_lowp(data["q"], data["k"], data["v"], data["dout"], **opts)
-    ours = results[index]
     assert ("lse" in ours) == case["probs"]
     try:
         check_results(ours, ref, low, DTYPES[case["dtype"]])

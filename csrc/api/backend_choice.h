@@ -104,9 +104,18 @@ inline bool cuda_block_sparse_enabled() {
   return env != nullptr && std::string(env) == "1";
 }
 
+// Issue 17's position offsets (CPU backend and contract only): a CUDA call with
+// q_pos_offset / k_pos_offset raises, named, rather than run with sequence-local positions.
+[[noreturn]] inline void fail_cuda_pos_offsets() {
+  fail("position offsets on CUDA are not built yet (issue 17): the CUDA kernels take no "
+       "q_pos_offset / k_pos_offset (ring attention's ALiBi, dropout and varlen windows); they "
+       "run on CPU tensors");
+}
+
 inline void check_cuda_has_features(const FwdParams& p) {
   if (p.dtype == DType::kFloat8E4M3) fail_cuda_fp8();
   if (p.kv_num_blocks != nullptr && !cuda_block_sparse_enabled()) fail_cuda_block_sparse();
+  if (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr) fail_cuda_pos_offsets();
 }
 
 // The forward's backend for a CUDA call whose params are filled (output pointers may be null

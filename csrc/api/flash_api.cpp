@@ -165,7 +165,9 @@ Options op_options(double scale, bool causal, int64_t wl, int64_t wr, double sof
                    std::optional<Tensor> q_descale = std::nullopt,
                    std::optional<Tensor> k_descale = std::nullopt,
                    std::optional<Tensor> v_descale = std::nullopt,
-                   std::optional<ScalarType> out_dtype = std::nullopt) {
+                   std::optional<ScalarType> out_dtype = std::nullopt,
+                   std::optional<Tensor> q_pos_offset = std::nullopt,
+                   std::optional<Tensor> k_pos_offset = std::nullopt) {
   Options opt = with_features(
       make_options(scale, causal, wl, wr, softcap, std::move(alibi), deterministic), dropout_p,
       std::move(rng_state), std::move(learnable_sink));
@@ -179,6 +181,8 @@ Options op_options(double scale, bool causal, int64_t wl, int64_t wr, double sof
   opt.k_descale = std::move(k_descale);
   opt.v_descale = std::move(v_descale);
   opt.out_dtype = out_dtype;
+  opt.q_pos_offset = std::move(q_pos_offset);
+  opt.k_pos_offset = std::move(k_pos_offset);
   return opt;
 }
 
@@ -207,6 +211,7 @@ Tensors2 run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Pr
   check_fp8(opt, pb, q, /*paged=*/kv != nullptr);
   check_features(opt, pb, q, /*need_rng=*/true);
   check_block_sparse(opt, pb, q, /*backward=*/false, /*paged=*/kv != nullptr);
+  check_pos_offsets(opt, pb, q);
   auto [out, lse] = new_outputs(pb, q, out_scalar_type(opt, q));
   if (pb.total_q == 0) return {out, lse};
   // No visible key (paged: no page); with a sink the kernels write lse = sink.
@@ -228,6 +233,7 @@ Tensors4 run_backward(Tensor dout, const Tensor& q, const Tensor& k, const Tenso
   check_options(opt, pb, q);
   check_features(opt, pb, q, /*need_rng=*/true);
   check_block_sparse(opt, pb, q, /*backward=*/true, /*paged=*/false);
+  check_pos_offsets(opt, pb, q);
   const std::vector<int64_t> o_shape =
       pb.varlen ? std::vector<int64_t>{pb.total_q, pb.nheads, pb.headdim_v}
                 : std::vector<int64_t>{pb.batch, pb.seqlen_q, pb.nheads, pb.headdim_v};
@@ -280,7 +286,8 @@ Tensors2 fwd(Tensor q, Tensor k, Tensor v, double softmax_scale, bool causal, in
              std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
              std::optional<Tensor> q_indices, int64_t block_size_m, int64_t block_size_n,
              std::optional<Tensor> q_descale, std::optional<Tensor> k_descale,
-             std::optional<Tensor> v_descale, std::optional<ScalarType> out_dtype) {
+             std::optional<Tensor> v_descale, std::optional<ScalarType> out_dtype,
+             std::optional<Tensor> q_pos_offset, std::optional<Tensor> k_pos_offset) {
   Problem pb = check_qkv(q, k, v, /*varlen=*/false);
   Options opt = op_options(softmax_scale, causal, window_left, window_right, softcap,
                            std::move(alibi_slopes), deterministic, dropout_p,
@@ -288,7 +295,8 @@ Tensors2 fwd(Tensor q, Tensor k, Tensor v, double softmax_scale, bool causal, in
                            std::move(kv_num_blocks), std::move(kv_indices),
                            std::move(q_num_blocks), std::move(q_indices), block_size_m,
                            block_size_n, std::move(q_descale), std::move(k_descale),
-                           std::move(v_descale), out_dtype);
+                           std::move(v_descale), out_dtype, std::move(q_pos_offset),
+                           std::move(k_pos_offset));
   return run_forward(q, k, v, pb, opt, nullptr, nullptr);
 }
 
@@ -298,14 +306,16 @@ Tensors4 bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softm
              double dropout_p, std::optional<Tensor> rng_state,
              std::optional<Tensor> learnable_sink, std::optional<Tensor> kv_num_blocks,
              std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
-             std::optional<Tensor> q_indices, int64_t block_size_m, int64_t block_size_n) {
+             std::optional<Tensor> q_indices, int64_t block_size_m, int64_t block_size_n,
+             std::optional<Tensor> q_pos_offset, std::optional<Tensor> k_pos_offset) {
   Problem pb = check_qkv(q, k, v, /*varlen=*/false);
   Options opt = op_options(softmax_scale, causal, window_left, window_right, softcap,
                            std::move(alibi_slopes), deterministic, dropout_p,
                            std::move(rng_state), std::move(learnable_sink),
                            std::move(kv_num_blocks), std::move(kv_indices),
                            std::move(q_num_blocks), std::move(q_indices), block_size_m,
-                           block_size_n);
+                           block_size_n, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                           std::move(q_pos_offset), std::move(k_pos_offset));
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, nullptr, nullptr);
 }
 
@@ -321,7 +331,8 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
                     std::optional<Tensor> q_num_blocks, std::optional<Tensor> q_indices,
                     int64_t block_size_m, int64_t block_size_n,
                     std::optional<Tensor> q_descale, std::optional<Tensor> k_descale,
-                    std::optional<Tensor> v_descale, std::optional<ScalarType> out_dtype) {
+                    std::optional<Tensor> v_descale, std::optional<ScalarType> out_dtype,
+                    std::optional<Tensor> q_pos_offset, std::optional<Tensor> k_pos_offset) {
   KvCache kv;
   const Tensor* bt = block_table ? &*block_table : nullptr;
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bt,
@@ -332,7 +343,8 @@ Tensors2 varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu
                            std::move(kv_num_blocks), std::move(kv_indices),
                            std::move(q_num_blocks), std::move(q_indices), block_size_m,
                            block_size_n, std::move(q_descale), std::move(k_descale),
-                           std::move(v_descale), out_dtype);
+                           std::move(v_descale), out_dtype, std::move(q_pos_offset),
+                           std::move(k_pos_offset));
   return run_forward(q, k, v, pb, opt, &cu_seqlens_q, &cu_seqlens_k, bt ? &kv : nullptr);
 }
 
@@ -344,14 +356,16 @@ Tensors4 varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tenso
                     std::optional<Tensor> learnable_sink, std::optional<Tensor> kv_num_blocks,
                     std::optional<Tensor> kv_indices, std::optional<Tensor> q_num_blocks,
                     std::optional<Tensor> q_indices, int64_t block_size_m,
-                    int64_t block_size_n) {
+                    int64_t block_size_n, std::optional<Tensor> q_pos_offset,
+                    std::optional<Tensor> k_pos_offset) {
   Problem pb = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   Options opt = op_options(softmax_scale, causal, window_left, window_right, softcap,
                            std::move(alibi_slopes), deterministic, dropout_p,
                            std::move(rng_state), std::move(learnable_sink),
                            std::move(kv_num_blocks), std::move(kv_indices),
                            std::move(q_num_blocks), std::move(q_indices), block_size_m,
-                           block_size_n);
+                           block_size_n, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                           std::move(q_pos_offset), std::move(k_pos_offset));
   return run_backward(dout, q, k, v, out, softmax_lse, pb, opt, &cu_seqlens_q, &cu_seqlens_k);
 }
 

@@ -122,6 +122,25 @@ inline void check_int32_meta(const Tensor& t, const char* name, const Tensor& q)
   FLASHATTN_CHECK(t.is_contiguous(), name, " must be contiguous");
 }
 
+// Position offsets (params.h, schema.h): int32 (batch,) on q's device, contiguous. Their values
+// are not read here (that would be a host sync on CUDA): the kernels clamp them.
+inline void check_pos_offsets(const Options& opt, const Problem& pb, const Tensor& q) {
+  for (const auto& [t, name] : {std::pair{&opt.q_pos_offset, "q_pos_offset"},
+                                {&opt.k_pos_offset, "k_pos_offset"}}) {
+    if (!t->has_value()) continue;
+    const Tensor& o = **t;
+    FLASHATTN_CHECK(o.dim() == 1 && o.size(0) == pb.batch, name, " must have shape (batch,) = (",
+                    pb.batch, ",) (varlen: one offset per sequence), got ", shape_str(o));
+    check_int32_meta(o, name, q);
+  }
+  if (!opt.q_pos_offset && !opt.k_pos_offset) return;
+  // The API passes such a window as given (params_fill.h), so it must fit the kernels' int32.
+  FLASHATTN_CHECK(opt.window_left < std::numeric_limits<int32_t>::max() &&
+                      opt.window_right < std::numeric_limits<int32_t>::max(),
+                  "window_size with q_pos_offset / k_pos_offset must be below 2^31 - 1 on each "
+                  "side (or -1), got (", opt.window_left, ", ", opt.window_right, ")");
+}
+
 // One block-mask pair (schema.h): counts int32 (B or 1, H or 1, rows), indices int32 (B or 1,
 // H or 1, rows, cols) with the counts' first dimensions; contiguous, on q's device.
 inline void check_block_pair(const Tensor& num, const char* nn, const Tensor& idx, const char* in,

@@ -28,6 +28,8 @@ struct Options {
   // FP8 (params.h, schema.h); set by op_options, checked by check_fp8 (input_checks.h).
   std::optional<Tensor> q_descale, k_descale, v_descale;
   std::optional<ScalarType> out_dtype;
+  // Position offsets (params.h, schema.h); set by op_options, checked by check_pos_offsets.
+  std::optional<Tensor> q_pos_offset, k_pos_offset;
 };
 
 inline bool is_fp8(const Tensor& q) { return q.scalar_type() == ScalarType::Float8_e4m3fn; }
@@ -127,10 +129,12 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
   p.softmax_scale_log2 = static_cast<float>(opt.softmax_scale * M_LOG2E);
   p.softcap = static_cast<float>(opt.softcap);
   // As flash-attn: a window side at least seqlen_k wide (max_seqlen_k for varlen) is
-  // unbounded. This matters when seqlen_q > seqlen_k (the diagonal shifts left).
+  // unbounded. This matters when seqlen_q > seqlen_k (the diagonal shifts left). Not with
+  // position offsets: their diagonal moves by the offsets, so any width can matter.
+  const bool positions = opt.q_pos_offset.has_value() || opt.k_pos_offset.has_value();
   int64_t wl = opt.window_left, wr = opt.causal ? 0 : opt.window_right;
-  if (wl >= pb.seqlen_k) wl = -1;
-  if (!opt.causal && wr >= pb.seqlen_k) wr = -1;
+  if (!positions && wl >= pb.seqlen_k) wl = -1;
+  if (!positions && !opt.causal && wr >= pb.seqlen_k) wr = -1;
   p.window_left = static_cast<int32_t>(wl);
   p.window_right = static_cast<int32_t>(wr);
   if (opt.alibi_slopes.has_value()) {
@@ -138,6 +142,10 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
     p.alibi_slopes = static_cast<const float*>(a.data_ptr());
     p.alibi_batch_stride = a.dim() == 2 ? a.stride(0) : 0;
   }
+  if (opt.q_pos_offset.has_value())
+    p.q_pos_offset = static_cast<const int32_t*>(opt.q_pos_offset->data_ptr());
+  if (opt.k_pos_offset.has_value())
+    p.k_pos_offset = static_cast<const int32_t*>(opt.k_pos_offset->data_ptr());
   if (opt.learnable_sink.has_value())
     p.sink_ptr = static_cast<const float*>(opt.learnable_sink->data_ptr());
   p.dropout_p = static_cast<float>(opt.dropout_p);

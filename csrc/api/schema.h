@@ -26,6 +26,12 @@ namespace flashattn::api {
 // backwards refuse float8 inputs); no ALiBi, dropout, sink, block mask or block_table with it.
 // Descales with 16/32-bit inputs are an error (never silently dropped), as is an out_dtype
 // other than q's dtype.
+// Position offsets (params.h, issue 17), the same two arguments in the four attention ops:
+// q_pos_offset / k_pos_offset int32 (B,) on q's device (varlen: one per sequence) or None (=
+// 0): sequence b's query row i and key j stand at positions i + q_pos_offset[b] and j +
+// k_pos_offset[b] for the mask, ALiBi and the dropout mask (ring attention: a chunk pair of a
+// longer sequence). Tensors rather than ints: the varlen ring's chunks of each sequence start
+// at a different position. Not built on CUDA yet (a named error there).
 // Padded layout: q (B, Sq, H, d), k (B, Sk, Hk, d), v (B, Sk, Hk, dv).
 // Returns out (B, Sq, H, dv) in q's dtype (out_dtype for FP8) and softmax_lse (B, H, Sq) fp32.
 inline constexpr const char* kFwdSchema =
@@ -35,7 +41,8 @@ inline constexpr const char* kFwdSchema =
     "Tensor? kv_num_blocks=None, Tensor? kv_indices=None, Tensor? q_num_blocks=None, "
     "Tensor? q_indices=None, int block_size_m=128, int block_size_n=128, "
     "Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "
-    "ScalarType? out_dtype=None) -> (Tensor out, Tensor softmax_lse)";
+    "ScalarType? out_dtype=None, Tensor? q_pos_offset=None, Tensor? k_pos_offset=None) "
+    "-> (Tensor out, Tensor softmax_lse)";
 
 // Returns dq, dk, dv with the shapes and dtype of q, k, v (fresh contiguous tensors), dsink.
 inline constexpr const char* kBwdSchema =
@@ -44,7 +51,8 @@ inline constexpr const char* kBwdSchema =
     "Tensor? alibi_slopes, bool deterministic, float dropout_p=0.0, Tensor? rng_state=None, "
     "Tensor? learnable_sink=None, Tensor? kv_num_blocks=None, Tensor? kv_indices=None, "
     "Tensor? q_num_blocks=None, Tensor? q_indices=None, int block_size_m=128, "
-    "int block_size_n=128) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
+    "int block_size_n=128, Tensor? q_pos_offset=None, Tensor? k_pos_offset=None) "
+    "-> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
 
 // Varlen layout: q (total_q, H, d), k (total_k, Hk, d), v (total_k, Hk, dv),
 // cu_seqlens_q/k int32 (B + 1). Returns out (total_q, H, dv), softmax_lse (H, total_q) fp32.
@@ -59,8 +67,8 @@ inline constexpr const char* kVarlenFwdSchema =
     "Tensor? rng_state=None, Tensor? learnable_sink=None, Tensor? kv_num_blocks=None, "
     "Tensor? kv_indices=None, Tensor? q_num_blocks=None, Tensor? q_indices=None, "
     "int block_size_m=128, int block_size_n=128, Tensor? q_descale=None, "
-    "Tensor? k_descale=None, Tensor? v_descale=None, ScalarType? out_dtype=None) "
-    "-> (Tensor out, Tensor softmax_lse)";
+    "Tensor? k_descale=None, Tensor? v_descale=None, ScalarType? out_dtype=None, "
+    "Tensor? q_pos_offset=None, Tensor? k_pos_offset=None) -> (Tensor out, Tensor softmax_lse)";
 
 inline constexpr const char* kVarlenBwdSchema =
     "varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
@@ -69,7 +77,8 @@ inline constexpr const char* kVarlenBwdSchema =
     "Tensor? alibi_slopes, bool deterministic, float dropout_p=0.0, Tensor? rng_state=None, "
     "Tensor? learnable_sink=None, Tensor? kv_num_blocks=None, Tensor? kv_indices=None, "
     "Tensor? q_num_blocks=None, Tensor? q_indices=None, int block_size_m=128, "
-    "int block_size_n=128) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
+    "int block_size_n=128, Tensor? q_pos_offset=None, Tensor? k_pos_offset=None) "
+    "-> (Tensor dq, Tensor dk, Tensor dv, Tensor dsink)";
 
 // return_attn_probs: S (params.h) of a forward that returned softmax_lse, from the same inputs:
 // (B, H, round128(Sq), round128(Sk)) in q's dtype, varlen (B, H, round128(max_seqlen_q),

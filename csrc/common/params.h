@@ -23,8 +23,23 @@ enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2, kFloat8E
 //   visible(i, j) iff    (window_left  < 0 || j >= i + sk - sq - window_left) &&
 //                        (window_right < 0 || j <= i + sk - sq + window_right)
 //   causal is passed as window_right = 0 (bottom-right aligned, flash-attn >= 2.1); the API
-//   passes a window side >= seqlen_k (max_seqlen_k for varlen) as -1, as flash-attn does.
+//   passes a window side >= seqlen_k (max_seqlen_k for varlen) as -1, as flash-attn does
+//   (not with position offsets, below: it passes their window as given).
 // A row with no visible key gives out = 0 and lse = -inf.
+//
+// Position offsets (q_pos_offset / k_pos_offset != nullptr, issue 17: ring attention computes
+// blocks of a longer sequence's score matrix): int32 (batch,) on q's device, nullptr = 0.
+// Sequence b's query row i and key column j stand at positions
+//   i' = i + q_pos_offset[b],   j' = j + k_pos_offset[b]
+// and every position-dependent term above and below reads (i', j') in place of (i, j), with
+// the call's own diagonal shift sk - sq: visible(i, j) iff (window_left < 0 || j' >= i' + sk -
+// sq - window_left) && (window_right < 0 || j' <= i' + sk - sq + window_right) (causal too);
+// ALiBi's distance is |i' + sk - sq - j'|; dropout's Z is that of (i', j'). What stays local:
+// which rows and keys exist (i in [0, sq), j in [0, sk), the sequence's own rows of q / k),
+// block-sparse tiles (of the local (i, j)), and attn_probs' S (indexed by the local (i, j)).
+// So a square call (sq = sk) with offsets (a, c) is rows [a, a + sq) x columns [c, c + sk)
+// of a self-attention (shift 0) over the long sequence. Untrusted (no host sync): backends
+// clamp each offset to [0, kMaxPosOffset]. CUDA kernels do not take them yet (named error).
 //
 // Attention sink (sink_ptr != nullptr, issue 15; FA4's learnable_sink): sink_h = sink_ptr[h] is
 // a logit in the units of the final scores s above (after softmax_scale, softcap and ALiBi;
@@ -33,9 +48,10 @@ enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2, kFloat8E
 // so the lse includes the sink, out_i = sum_j P_ij v_j has weight 1 - exp(sink_h - lse_i),
 // and a row with no visible key gives out = 0 and lse = sink_h (not -inf).
 // Dropout (dropout_threshold > 0): out_i = sum_j Z_ij P_ij v_j * dropout_scale, where Z_ij =
-// dropout_keep(rng seed, offset, b, h, i, j) (philox.h) is a function of (seed, offset, batch
-// b, query head h, row i, column j) only, i and j the row and key column within sequence b
-// (key 0 = the sequence's first key): independent of tiling, the same on every backend.
+// dropout_keep(rng seed, offset, b, h, i', j') (philox.h) is a function of (seed, offset, batch
+// b, query head h, row i', column j') only, i' and j' the row and key column within sequence b
+// (key 0 = the sequence's first key) plus the position offsets above (0 without them):
+// independent of tiling, the same on every backend.
 // P (and the lse) are those of the undropped softmax, as in flash-attn; the sink is never
 // dropped. p is quantised to 8 bits: dropout_threshold = max(1, round(p * 256)) (at most
 // 255), a column is dropped iff its Philox byte < dropout_threshold, so the effective p is
@@ -55,6 +71,8 @@ enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2, kFloat8E
 // kernel never sees those fields set. A kernel may round P to e4m3 for its P V product (the
 // tolerance is that of tests/reference.py's emulation: P scaled by 2^8 before the rounding,
 // the row sum l taken from the unrounded fp32 P); the CPU backend keeps P in fp32.
+inline constexpr int32_t kMaxPosOffset = int32_t(1) << 30;
+
 struct FwdParams {
   // Inputs. q/k have head dim `headdim`; v and out have head dim `headdim_v`.
   const void* q_ptr = nullptr;
@@ -94,6 +112,10 @@ struct FwdParams {
   int32_t window_left = -1, window_right = -1;  // -1 = unbounded
   const float* alibi_slopes = nullptr;  // fp32, slope of (b, h) at b * alibi_batch_stride + h
   int64_t alibi_batch_stride = 0;       // 0 when slopes are (nheads,)
+
+  // Position offsets (semantics above): int32 (batch,) on q's device, contiguous; nullptr = 0.
+  const int32_t* q_pos_offset = nullptr;
+  const int32_t* k_pos_offset = nullptr;
 
   // Attention sink (semantics above): fp32 (nheads,) on q's device, nullptr = off.
   const float* sink_ptr = nullptr;

@@ -58,7 +58,7 @@ struct BwdKernel {
   static void kv_task(const BwdParams& p, int b, int hk, int split, int n_splits, int bn,
                       float* scratch) {
     const SeqInfo seq = seq_info(p, b);
-    const MaskInfo mi = mask_info(p, seq);
+    const CpuMask mi = cpu_mask(p, seq, b);
     const int d = p.headdim, dv = p.headdim_v;
     const int dp = round_up(d, kColPad), dvp = round_up(dv, kColPad);
     const int group = p.nheads / p.nheads_k;

@@ -48,7 +48,7 @@ struct FwdKernel {
     const SeqInfo seq = seq_info(p, b);
     const int i0 = m_block * bm;
     if (i0 >= seq.seqlen_q) return;
-    const MaskInfo mi = mask_info(p, seq);
+    const CpuMask mi = cpu_mask(p, seq, b);
     const int m = seq.seqlen_q - i0 < bm ? seq.seqlen_q - i0 : bm;
     const int d = p.headdim, dv = p.headdim_v, dvp = round_up(dv, kColPad);
     const int hk = h / (p.nheads / p.nheads_k);

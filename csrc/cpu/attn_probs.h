@@ -20,7 +20,7 @@ struct ProbsKernel {
     const int sq = seq.seqlen_q < p.s_rows ? seq.seqlen_q : p.s_rows;
     const int sk = seq.seqlen_k < p.s_cols ? seq.seqlen_k : p.s_cols;
     if (i0 >= sq) return;
-    const MaskInfo mi = mask_info(p, seq);
+    const CpuMask mi = cpu_mask(p, seq, b);
     const int m = sq - i0 < kBM ? sq - i0 : kBM, d = p.headdim;
     const int hk = h / (p.nheads / p.nheads_k);
     const float slope = alibi_slope(p, b, h);

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "../common/philox.h"
+#include "../common/seqlen.h"
 #include "../common/tile_policy.h"
 #include "cpu_backend.h"
 
@@ -61,26 +62,74 @@ inline int bwd_num_splits(const BwdParams& p) {
   return static_cast<int>(g < 1 ? 1 : g);
 }
 
+// Sequence b's position offsets (params.h), clamped to [0, kMaxPosOffset]; 0 without them.
+inline int64_t q_pos_offset(const FwdParams& p, int b) {
+  return p.q_pos_offset ? clamp_i64(p.q_pos_offset[b], 0, kMaxPosOffset) : 0;
+}
+inline int64_t k_pos_offset(const FwdParams& p, int b) {
+  return p.k_pos_offset ? clamp_i64(p.k_pos_offset[b], 0, kMaxPosOffset) : 0;
+}
+
+// The CPU kernels' view of the causal / window mask of sequence b: common/mask.h's MaskInfo
+// with the position offsets folded into the diagonal (query i sits at key i + diag, diag =
+// sk - sq + q_pos_offset - k_pos_offset; params.h), in 64-bit so that no offset overflows.
+// The CUDA kernels keep MaskInfo (they refuse offsets). MaskInfo's key / query ranges.
+struct CpuMask {
+  int32_t seqlen_q, seqlen_k;
+  int32_t window_left, window_right;  // -1 = unbounded
+  int64_t diag;                       // the shift
+
+  int32_t key_begin(int32_t i) const {
+    return window_left >= 0 ? static_cast<int32_t>(clamp_i64(i + diag - window_left, 0, seqlen_k))
+                            : 0;
+  }
+  int32_t key_end(int32_t i) const {
+    return window_right >= 0
+               ? static_cast<int32_t>(clamp_i64(i + diag + window_right + 1, 0, seqlen_k))
+               : seqlen_k;
+  }
+  int32_t query_begin(int32_t j) const {
+    return window_right >= 0
+               ? static_cast<int32_t>(clamp_i64(j - diag - window_right, 0, seqlen_q))
+               : 0;
+  }
+  int32_t query_end(int32_t j) const {
+    return window_left >= 0
+               ? static_cast<int32_t>(clamp_i64(j - diag + window_left + 1, 0, seqlen_q))
+               : seqlen_q;
+  }
+};
+
+inline CpuMask cpu_mask(const FwdParams& p, const SeqInfo& s, int b) {
+  return CpuMask{s.seqlen_q, s.seqlen_k, p.window_left, p.window_right,
+                 int64_t(s.seqlen_k) - s.seqlen_q + q_pos_offset(p, b) - k_pos_offset(p, b)};
+}
+
 // Dropout (params.h, philox.h) on rows [i0, i0 + m), columns [j0, j0 + n) of (b, h), the
 // tile x (row stride ld, x[0] = cell (i0, j0)): x *= kept ? keep_factor : drop_factor. One
-// Philox call per unit (16 cells) the tile touches.
-inline void dropout_tile(const FwdParams& p, int b, int h, int i0, int m, int j0, int n,
-                         float keep_factor, float drop_factor, float* x, int64_t ld) {
+// Philox call per unit (16 cells) the tile touches. (i0, j0) are sequence-local; the mask is
+// that of the positions (i0 + q_pos_offset, j0 + k_pos_offset) (params.h).
+inline void dropout_tile(const FwdParams& p, int b, int h, int i0_local, int m, int j0_local,
+                         int n, float keep_factor, float drop_factor, float* x, int64_t ld) {
   const uint64_t seed = static_cast<uint64_t>(p.rng_state[0]);
   const uint64_t offset = static_cast<uint64_t>(p.rng_state[1]);
-  const int i1 = i0 + m, j1 = j0 + n;
-  for (int I = i0 >> 4; I <= (i1 - 1) >> 4; ++I)
-    for (int J = j0 >> 4; J <= (j1 - 1) >> 4; ++J)
+  const int64_t i0 = i0_local + q_pos_offset(p, b), j0 = j0_local + k_pos_offset(p, b);
+  const int64_t i1 = i0 + m, j1 = j0 + n;
+  for (int64_t I = i0 >> 4; I <= (i1 - 1) >> 4; ++I)
+    for (int64_t J = j0 >> 4; J <= (j1 - 1) >> 4; ++J)
       for (int u = 0; u < 16; ++u) {
         const int q = u >> 2, t = u & 3;
-        const Philox4 bits = dropout_bits(seed, offset, b, h, I, J, u);
+        const Philox4 bits = dropout_bits(seed, offset, b, h, static_cast<int32_t>(I),
+                                          static_cast<int32_t>(J), u);
         for (int rr = 0; rr < 4; ++rr) {
-          const int r = 2 * q + (rr & 1) + 8 * (rr >> 1), i = 16 * I + r;
+          const int r = 2 * q + (rr & 1) + 8 * (rr >> 1);
+          const int64_t i = 16 * I + r;
           if (i < i0 || i >= i1) continue;
           const uint32_t word = bits.x[dropout_word(r)];
           float* row = x + int64_t(i - i0) * ld - j0;
           for (int cc = 0; cc < 4; ++cc) {
-            const int c = 2 * t + (cc & 1) + 8 * (cc >> 1), j = 16 * J + c;
+            const int c = 2 * t + (cc & 1) + 8 * (cc >> 1);
+            const int64_t j = 16 * J + c;
             if (j < j0 || j >= j1) continue;
             const uint32_t byte = (word >> (8 * dropout_byte_in_word(c))) & 0xffu;
             row[j] *= byte >= p.dropout_threshold ? keep_factor : drop_factor;

@@ -5,7 +5,7 @@
 // kW; columns >= n are padding). On return it holds (score - bias[i]) * log2(e) (bias: none
 // in the forward, the row's lse in the backward, so that P = exp2(s) directly), -inf where
 // masked or padding. With dtanh, also writes the softcap derivative 1 - tanh^2 (backward).
-inline void scores_log2(const FwdParams& p, const MaskInfo& mi, float slope, int i0, int j0,
+inline void scores_log2(const FwdParams& p, const CpuMask& mi, float slope, int i0, int j0,
                         int m, int n, int nc, float* s, int lds, const float* bias,
                         float* dtanh) {
   const float softcap = p.softcap;
@@ -34,7 +34,11 @@ inline void scores_log2(const FwdParams& p, const MaskInfo& mi, float slope, int
     for (int l = 0; l < kW; ++l) lane[l] = l;
     for (int i = 0; i < m; ++i) {
       float* row = s + i * lds;
-      const int32_t diag = i0 + i + mi.shift() - j0;  // |diag - j| is the ALiBi distance
+      // |diag - j| is the ALiBi distance (positions: CpuMask's diagonal has the offsets);
+      // 64-bit, then clamped so that a key index more cannot overflow int32.
+      const int32_t diag = static_cast<int32_t>(
+          clamp_i64(int64_t(i0) + i + mi.diag - j0, -(int64_t(1) << 31) + 256,
+                    (int64_t(1) << 31) - 1));
       const vf b = vbcast(bias ? bias[i] : 0.f);
       for (int j = 0; j < nc; j += kW) {
         vf x = vload(row + j) * scale;

@@ -25,7 +25,7 @@ ring_flash_attn_varlen_func, lays out every sequence of a packed batch so.
 import torch
 import torch.distributed as dist
 
-from ..interface import _options, _result
+from ..interface import _options, _result, _rng_state
 
 __all__ = [
     "ring_flash_attn_func",
@@ -38,7 +38,6 @@ __all__ = [
 ]
 
 LAYOUTS = ("zigzag", "plain")
-_OFFSETS_MISSING = "needs the global query/key offsets the ops do not take yet"
 # Tags keep the K/V stream and the backward's dK/dV stream apart (gloo matches by tag; NCCL
 # ignores tags and matches by issue order, which is the same on every rank).
 _TAG_KV, _TAG_DKV = 0, 1
@@ -301,14 +300,50 @@ def _step_calls(layout, causal, window, rank, src, world_size, seqlen_local):
     return [(qp, kp, -1, 0 if is_causal else -1)]
 
 
+def _chunk_parts(layout, rank, world_size):
+    """(rows, chunk index) of each chunk a rank holds: plain ("all", r); zigzag ("first", r)
+    and ("second", 2W - 1 - r)."""
+    if layout == "plain":
+        return [("all", rank)]
+    return [("first", rank), ("second", 2 * world_size - 1 - rank)]
+
+
+def _position_calls(layout, causal, window, rank, src, world_size, chunk_len):
+    """The calls of one ring step with position offsets (ALiBi, dropout, varlen windows): every
+    (query chunk, key chunk) pair, as (query rows, key rows, query chunk, key chunk). Chunks
+    of one sequence have equal lengths n, so each call is square and, given the offsets
+    chunk * n, the op's own mask, ALiBi and dropout (params.h: positions i + q_pos_offset,
+    j + k_pos_offset, diagonal shift sk - sq = 0) are the full sequence's. Pairs no row sees
+    are left out: key chunk after query chunk when causal; with a window and a known chunk
+    length n (padded), a band outside the pair (varlen: the kernel skips what it hides)."""
+    calls = []
+    for qp, cq in _chunk_parts(layout, rank, world_size):
+        for kp, ck in _chunk_parts(layout, src, world_size):
+            if causal and ck > cq:
+                continue
+            if window is not None and chunk_len is not None:
+                d, n = (cq - ck) * chunk_len, chunk_len
+                wl, wr = window[0], 0 if causal else window[1]
+                if n == 0 or (wl >= 0 and d - wl >= n) or (wr >= 0 and d + wr <= -n):
+                    continue
+            calls.append((qp, kp, cq, ck))
+    return calls
+
+
 class _PaddedRows:
     """The local rows of the padded layout: slices along dim 1 (softmax_lse: dim 2)."""
 
-    def __init__(self, seqlen):
+    def __init__(self, seqlen, zigzag=True):
         half = seqlen // 2
         self.seqlen = seqlen
+        self.chunk_len = half if zigzag else seqlen  # the length of one chunk of the layout
         self.sel = {"all": slice(0, seqlen), "first": slice(0, half),
                     "second": slice(half, seqlen)}
+
+    def pos_offset(self, q, chunk):
+        """The op's q_pos_offset / k_pos_offset of chunk `chunk`: int32 (batch,)."""
+        return torch.full((q.shape[0],), chunk * self.chunk_len, dtype=torch.int32,
+                          device=q.device)
 
     @staticmethod
     def lse_shape(q):
@@ -358,6 +393,12 @@ class _VarlenRows:
 
     def __init__(self, cu_seqlens, max_seqlen, total, zigzag):
         self.sel = {"all": (None, cu_seqlens, max_seqlen)}
+        # Each sequence's chunk length (int32 (batch,), on the device): the position offsets of
+        # its chunk c are c times it. Unknown on the host (no sync): the windows' pair skipping
+        # is the kernel's (chunk_len None).
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).clamp(min=0)
+        self.seq_chunk_len = (lens // 2 if zigzag else lens).to(torch.int32)
+        self.chunk_len = None
         if not zigzag:
             return
         # Every local sequence has even length, so the halves' boundaries are cu_seqlens // 2;
@@ -371,6 +412,10 @@ class _VarlenRows:
         half_max = (max_seqlen + 1) // 2
         self.sel["first"] = (first.clamp(0, max(total - 1, 0)), cu_half.int(), half_max)
         self.sel["second"] = (second.clamp(0, max(total - 1, 0)), cu_half.int(), half_max)
+
+    def pos_offset(self, q, chunk):
+        """The op's q_pos_offset / k_pos_offset of chunk `chunk`: int32 (batch,)."""
+        return self.seq_chunk_len * chunk
 
     @staticmethod
     def lse_shape(q):
@@ -428,14 +473,37 @@ def _window_opts(window_left, window_right):
     return dict(causal=False, window_left=window_left, window_right=window_right)
 
 
+def _calls(ctx, q, rank, src):
+    """Every call of one ring step: (query rows, key rows, the op's mask and position keywords).
+    ctx holds layout, causal, window, positions, rows, world_size and seqlen_local."""
+    if ctx.positions:
+        wl, wr = ctx.window if ctx.window is not None else (-1, -1)
+        return [(qp, kp, dict(causal=ctx.causal, window_left=wl,
+                              window_right=0 if ctx.causal else wr,
+                              q_pos_offset=ctx.rows.pos_offset(q, cq),
+                              k_pos_offset=ctx.rows.pos_offset(q, ck)))
+                for qp, kp, cq, ck in _position_calls(ctx.layout, ctx.causal, ctx.window, rank,
+                                                      src, ctx.world_size, ctx.rows.chunk_len)]
+    return [(qp, kp, _window_opts(wl, wr))
+            for qp, kp, wl, wr in _step_calls(ctx.layout, ctx.causal, ctx.window, rank, src,
+                                              ctx.world_size, ctx.seqlen_local)]
+
+
 class _RingFlashAttn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, sink, rows, group, softmax_scale, causal, softcap, deterministic,
-                layout, window):
+    def forward(ctx, q, k, v, sink, alibi_slopes, rng_state, rows, group, softmax_scale, causal,
+                softcap, deterministic, layout, window, dropout_p):
         ring = _Ring(group)
-        opts = dict(softmax_scale=softmax_scale, softcap=softcap, alibi_slopes=None,
-                    deterministic=deterministic)
+        opts = dict(softmax_scale=softmax_scale, softcap=softcap, alibi_slopes=alibi_slopes,
+                    deterministic=deterministic, dropout_p=dropout_p, rng_state=rng_state)
         seqlen_local = getattr(rows, "seqlen", None)
+        # Position offsets where a term depends on global positions: ALiBi, dropout (every rank
+        # draws the mask of the global (i, j) with one rng_state), the varlen window (whose
+        # per-sequence chunk lengths the host does not know, so it cannot translate it).
+        ctx.positions = (alibi_slopes is not None or dropout_p > 0.0 or (
+            window is not None and not isinstance(rows, _PaddedRows)))
+        ctx.layout, ctx.causal, ctx.window, ctx.rows = layout, causal, window, rows
+        ctx.world_size, ctx.seqlen_local = ring.world_size, seqlen_local
         out_acc = q.new_zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32)
         lse_acc = q.new_full(rows.lse_shape(q), float("-inf"), dtype=torch.float32)
         shapes = (k.shape, v.shape)
@@ -446,10 +514,9 @@ class _RingFlashAttn(torch.autograd.Function):
                 kv_next, works = ring.exchange(kv, _TAG_KV)
             src = (ring.rank - step) % ring.world_size
             kc, vc = _unpack(kv, shapes)
-            for qp, kp, wl, wr in _step_calls(layout, causal, window, ring.rank, src,
-                                              ring.world_size, seqlen_local):
+            for qp, kp, call_opts in _calls(ctx, q, ring.rank, src):
                 o, lse = rows.fwd(rows.take(q, qp), rows.take(kc, kp), rows.take(vc, kp), qp, kp,
-                                  **_window_opts(wl, wr), **opts)
+                                  **call_opts, **opts)
                 o, lse = merge_attn_partials((rows.take(out_acc, qp), o),
                                              (rows.take(lse_acc, qp, lse=True), lse))
                 rows.put(out_acc, qp, o)
@@ -464,17 +531,19 @@ class _RingFlashAttn(torch.autograd.Function):
             out_acc = out_acc * rows.lse_to_out(torch.exp(lse_acc - lse_sink))
             lse_acc = lse_sink
         out = out_acc.to(q.dtype)
-        ctx.save_for_backward(q, k, v, out, lse_acc, sink)
+        ctx.save_for_backward(q, k, v, out, lse_acc, sink, alibi_slopes, rng_state)
         ctx.mark_non_differentiable(lse_acc)
-        ctx.ring, ctx.rows, ctx.opts, ctx.causal, ctx.layout = ring, rows, opts, causal, layout
-        ctx.window, ctx.seqlen_local = window, seqlen_local
+        ctx.ring = ring
+        ctx.opts = {n: x for n, x in opts.items() if n not in ("alibi_slopes", "rng_state")}
         return out, lse_acc
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         # softmax_lse is marked non-differentiable: its incoming gradient is ignored.
-        q, k, v, out, lse, sink = ctx.saved_tensors
+        q, k, v, out, lse, sink, alibi_slopes, rng_state = ctx.saved_tensors
         ring, rows = ctx.ring, ctx.rows
+        # The forward's rng_state regenerates its dropout mask (params.h).
+        opts = dict(ctx.opts, alibi_slopes=alibi_slopes, rng_state=rng_state)
         # The chunk calls run without the sink: their P = exp(s - lse) with the merged lse
         # (sink included) and D = rowsum(dout * out) are already the global ones. The sink's
         # gradient, -sum_rows exp(sink - lse) D, sums over every rank's rows.
@@ -493,17 +562,15 @@ class _RingFlashAttn(torch.autograd.Function):
             if not last:
                 kv_next, kv_works = ring.exchange(kv, _TAG_KV)
             src = (ring.rank - step) % ring.world_size
-            calls = _step_calls(ctx.layout, ctx.causal, ctx.window, ring.rank, src,
-                                ring.world_size, ctx.seqlen_local)
             kc, vc = _unpack(kv, shapes)
             grads = []
-            for qp, kp, wl, wr in calls:
+            for qp, kp, call_opts in _calls(ctx, q, ring.rank, src):
                 # With the merged out and lse, a call's backward gives its exact share
                 # (the op's D = rowsum(dout * out) is then the global one).
                 dq, dk, dv = rows.bwd(
                     rows.take(dout, qp), rows.take(q, qp), rows.take(kc, kp),
                     rows.take(vc, kp), rows.take(out, qp), rows.take(lse, qp, lse=True), qp, kp,
-                    **_window_opts(wl, wr), **ctx.opts)
+                    **call_opts, **opts)
                 rows.add(dq_acc, qp, dq)
                 grads.append((kp, dk, dv))
             # The fp32 dK/dV accumulator of src's chunk: fresh at step 0, else what the
@@ -523,7 +590,7 @@ class _RingFlashAttn(torch.autograd.Function):
                 kv = kv_next
         _wait(dkv_works)  # after W steps each chunk's accumulator is back on its own rank
         dk, dv = _unpack(dkv_next, shapes)
-        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsink) + (None,) * 8
+        return (dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsink) + (None,) * 11
 
 
 def _check_inputs(fn, q, k, v, layout, varlen):
@@ -555,27 +622,32 @@ def _check_inputs(fn, q, k, v, layout, varlen):
 
 
 def _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
-                  deterministic, window_ok):
+                  deterministic):
     """The options shared by the ring calls, checked, with "window": the user's (window_left,
-    window_right), or None without one; raises for what the ring cannot do."""
-    if dropout_p != 0.0:
-        raise NotImplementedError(
-            f"flashattn: {fn}: dropout_p = {dropout_p} is not supported: dropout "
-            f"{_OFFSETS_MISSING}")
-    if alibi_slopes is not None:
-        raise NotImplementedError(
-            f"flashattn: {fn}: alibi_slopes is not supported: the ALiBi bias {_OFFSETS_MISSING}")
+    window_right), or None without one. alibi_slopes and dropout_p go to every call as given
+    (the ops check them, naming them); the ring's rng_state is _ring_rng_state's."""
+    if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"flashattn: {fn}: dropout_p must be in [0, 1) (0 disables it), got "
+                         f"{dropout_p!r}")
     # The user's window as given (causal=False here: causal's window_right = 0 is ours).
-    opts = _options(q, 0.0, softmax_scale, False, window_size, softcap, None, deterministic)
+    opts = _options(q, 0.0, softmax_scale, False, window_size, softcap, alibi_slopes,
+                    deterministic, draw_rng=False)
     opts["window"] = None
     if opts["window_left"] >= 0 or opts["window_right"] >= 0:
-        if not window_ok:
-            raise NotImplementedError(
-                f"flashattn: {fn}: window_size = {tuple(window_size)} is not supported (only "
-                f"(-1, -1)): a sliding window over packed sequences {_OFFSETS_MISSING} (the "
-                f"padded ring_flash_attn_func takes it)")
         opts["window"] = (opts["window_left"], opts["window_right"])
     return opts
+
+
+def _ring_rng_state(q, dropout_p, group):
+    """The dropout seed and offset of one ring call, the same on every rank: each rank draws
+    as flash_attn_func does (so generators stay in step), then group rank 0's draw is
+    broadcast. None without dropout. The backward reuses it (the forward's mask)."""
+    if dropout_p == 0.0:
+        return None
+    rng_state = _rng_state(q, dropout_p)
+    if dist.get_world_size(group) > 1:
+        dist.broadcast(rng_state, group_src=0, group=group)
+    return rng_state
 
 
 def _check_sink(fn, sink, q):
@@ -631,21 +703,31 @@ def ring_flash_attn_func(
         v: (batch, seqlen_local, nheads_k, headdim_v).
         group: the torch.distributed process group of the ring (None: the default group);
             every transfer runs on it.
-        dropout_p: must be 0.0 (NotImplementedError): dropout masks would have to be drawn
-            at global positions, which needs the global query/key offsets the ops do not
-            take yet.
+        dropout_p: dropout probability in [0, 1), as flash_attn_func: the mask is that of
+            the full sequence's (row, column) positions (the ops' position offsets), drawn
+            from one rng_state: every rank draws it as flash_attn_func does (torch.randint,
+            so seed the ranks alike for reproducible runs) and group rank 0's is broadcast
+            (one small collective per forward). So with torch.manual_seed(s) on the ranks
+            and before flash_attn_func on the gathered sequence, both give the same mask.
+            The backward regenerates it.
         softmax_scale: scale of q.k before the softmax; None means 1 / sqrt(headdim).
         causal: causal mask over the full sequence (query at global position i sees keys
             j <= i). Use layout="zigzag" for an even load across the ranks.
         window_size: (left, right) sliding window over the full sequence (-1: unbounded),
             as flash_attn_func (causal: right = 0). Each ring step runs only the chunk pairs
-            the window reaches, with the window translated to the pair's offset.
+            the window reaches, with the window translated to the pair's offset (with ALiBi
+            or dropout: the window as given, on the pair's global positions).
         softcap: if > 0, scores become softcap * tanh(score / softcap).
-        alibi_slopes: must be None (NotImplementedError): the ALiBi bias depends on global
-            positions, which needs the global query/key offsets the ops do not take yet.
+        alibi_slopes: None, or fp32 (nheads,) or (batch, nheads), the same on every rank:
+            flash_attn_func's ALiBi bias -slope * |i - j| over the full sequence's positions.
+            With ALiBi or dropout every (query chunk, key chunk) pair is its own call with the
+            ops' position offsets (zigzag: up to 4 calls a step instead of 1, the same work).
+            Position offsets are CPU-only for now: on CUDA these calls raise "position
+            offsets on CUDA are not built yet (issue 17)".
         deterministic: passed to every backward call (the ring's own sums run in a fixed
             order, so the result is then the same bit for bit on reruns).
-        return_attn_probs: if True return (out, softmax_lse, None), like flash_attn_func.
+        return_attn_probs: if True return (out, softmax_lse, None), like flash_attn_func
+            (no S, also with dropout).
         layout: how the full sequence (length S, world size W) is laid out over the ranks:
             "zigzag": S cut into 2W chunks, rank r holds chunks r and 2W-1-r concatenated
             (seqlen_local = S / W, even); "plain": S cut into W chunks, rank r holds chunk r.
@@ -663,12 +745,14 @@ def ring_flash_attn_func(
     fn = "ring_flash_attn_func"
     _check_inputs(fn, q, k, v, layout, varlen=False)
     opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
-                         deterministic, window_ok=True)
+                         deterministic)
     sink = _check_sink(fn, learnable_sink, q)
     _check_group(fn, group)
+    rng_state = _ring_rng_state(q, dropout_p, group)
     out, softmax_lse = _RingFlashAttn.apply(
-        q, k, v, sink, _PaddedRows(q.shape[1]), group, opts["softmax_scale"], bool(causal),
-        opts["softcap"], bool(deterministic), layout, opts["window"])
+        q, k, v, sink, alibi_slopes, rng_state, _PaddedRows(q.shape[1], layout == "zigzag"),
+        group, opts["softmax_scale"], bool(causal), opts["softcap"], bool(deterministic), layout,
+        opts["window"], float(dropout_p))
     return _result(out, softmax_lse, return_attn_probs)
 
 
@@ -708,8 +792,12 @@ def ring_flash_attn_varlen_func(
             must be even. Not checked (that would need a host sync): wrong metadata gives
             wrong numbers, never an out-of-bounds access.
         max_seqlen: int, at least the longest local length.
-        other arguments: as ring_flash_attn_func (the same ones are not supported, and
-            window_size must be (-1, -1): NotImplementedError).
+        other arguments: as ring_flash_attn_func; alibi_slopes (batch, nheads) is per
+            sequence. ALiBi, dropout and window_size run every chunk pair as its own call
+            with per-sequence position offsets (chunk index x the sequence's chunk length,
+            built on the device); a window's pairs are all called (the host does not know
+            the lengths), the kernel skips the tiles the window hides. On CUDA these raise
+            "position offsets on CUDA are not built yet (issue 17)" for now.
 
     Returns:
         out: (total_local, nheads, headdim_v), or (out, softmax_lse, None) with
@@ -718,7 +806,7 @@ def ring_flash_attn_varlen_func(
     fn = "ring_flash_attn_varlen_func"
     _check_inputs(fn, q, k, v, layout, varlen=True)
     opts = _ring_options(fn, q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes,
-                         deterministic, window_ok=False)
+                         deterministic)
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or (
             cu_seqlens.numel() < 1 or cu_seqlens.dtype != torch.int32):
         raise ValueError(f"flashattn: {fn}: cu_seqlens must be a 1-D int32 tensor of batch + 1 "
@@ -729,7 +817,8 @@ def ring_flash_attn_varlen_func(
     sink = _check_sink(fn, learnable_sink, q)
     _check_group(fn, group)
     rows = _VarlenRows(cu_seqlens, int(max_seqlen), q.shape[0], layout == "zigzag")
+    rng_state = _ring_rng_state(q, dropout_p, group)
     out, softmax_lse = _RingFlashAttn.apply(
-        q, k, v, sink, rows, group, opts["softmax_scale"], bool(causal), opts["softcap"],
-        bool(deterministic), layout, None)
+        q, k, v, sink, alibi_slopes, rng_state, rows, group, opts["softmax_scale"], bool(causal),
+        opts["softcap"], bool(deterministic), layout, opts["window"], float(dropout_p))
     return _result(out, softmax_lse, return_attn_probs)
