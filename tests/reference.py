@@ -124,7 +124,7 @@ def alibi_bias(slopes, batch, nheads, sq, sk, device, dtype, pos_offset=(0, 0)):
 
 
 def scores_ref(qc, kc, softmax_scale, wl, wr, softcap=0.0, alibi_slopes=None, block_mask=None,
-               block_size=(128, 128), pos_offset=None):
+               block_size=(128, 128), pos_offset=(0, 0)):
     """The scores of params.h, (B, H, sq, sk) in qc's dtype, -inf where not visible. qc (B, Sq,
     H, d), kc (B, Sk, H, d) (heads already repeated), window (wl, wr) as effective_window;
     pos_offset as attention_ref's."""
