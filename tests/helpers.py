@@ -265,3 +265,12 @@ def case_id(case):
         elif v not in (None, "none", 0, 0.0):
             parts.append(f"{k}{v}" if not isinstance(v, str) else f"{k}_{v}")
     return "-".join(parts)
+
+
+def cuda_case_params(factors, seed):
+    """pytest params (device "cuda", case) of a covering set of factors("cuda"), for a test of
+    CUDA kernels only; one skipped param where there is no CUDA device."""
+    if "cuda" not in DEVICES:
+        return [pytest.param("cuda", None, marks=pytest.mark.skip(reason="no CUDA device"))]
+    return [pytest.param("cuda", c, id=f"cuda-{case_id(c)}")
+            for c in covering_set(factors("cuda"), seed=seed)]

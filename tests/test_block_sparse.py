@@ -14,7 +14,7 @@ import torch
 
 import flashattn
 from helpers import (DEVICES, DTYPES, HEADS, alibi_slopes, assert_close, case_id, check_results,
-                     covering_set, dtypes_for, rand, skip_if_no_kernel)
+                     covering_set, cuda_case_params, dtypes_for, rand, skip_if_no_kernel)
 from reference import block_mask_elements, dropout_keep_ref, dropout_threshold_ref, ref_and_lowp_ext
 
 SHAPES = {"113x203": (113, 203), "300x257": (300, 257), "1x239": (1, 239), "239x1": (239, 1),
@@ -136,14 +136,7 @@ def test_block_sparse(device, c, seed):
     run_case(device, c, seed)
 
 
-def _cuda_params():
-    if "cuda" not in DEVICES:
-        return [pytest.param("cuda", None, marks=pytest.mark.skip(reason="no CUDA device"))]
-    return [pytest.param("cuda", c, id=f"cuda-{case_id(c)}")
-            for c in covering_set(_factors("cuda"), seed=17)]
-
-
-@pytest.mark.parametrize("device,c", _cuda_params())
+@pytest.mark.parametrize("device,c", cuda_case_params(_factors, seed=17))
 def test_block_sparse_cuda_kernels(device, c, seed, monkeypatch):
     """The sm80 block-sparse kernels (off by default until a GPU run verifies them:
     FLASHATTN_CUDA_BLOCK_SPARSE=1), forward and backward, on the covering set. Their tiles

@@ -15,7 +15,7 @@ import torch
 
 import flashattn
 from helpers import (DEVICES, DTYPES, HEADS, alibi_slopes, assert_close, case_id, check_results,
-                     covering_set, dtypes_for, rand, skip_if_no_kernel)
+                     covering_set, cuda_case_params, dtypes_for, rand, skip_if_no_kernel)
 from reference import (attn_probs_ref, dropout_keep_ref, dropout_threshold_ref, philox4x32_10_ref,
                        ref_and_lowp_ext, visible_mask)
 
@@ -166,14 +166,7 @@ def test_dropout(device, c, seed):
     run_case(device, c, seed)
 
 
-def _sm90_dropout_params():
-    if "cuda" not in DEVICES:
-        return [pytest.param("cuda", None, marks=pytest.mark.skip(reason="no CUDA device"))]
-    return [pytest.param("cuda", c, id=f"cuda-{case_id(c)}")
-            for c in covering_set(dropout_factors("cuda"), seed=2)]
-
-
-@pytest.mark.parametrize("device,c", _sm90_dropout_params())
+@pytest.mark.parametrize("device,c", cuda_case_params(dropout_factors, seed=2))
 def test_dropout_sm90_forward(device, c, seed, monkeypatch):
     """The sm90 dropout forward (off by default until a GPU run verifies it:
     FLASHATTN_SM90_DROPOUT=1), forced: the same checks as test_dropout (its S, out, lse, and

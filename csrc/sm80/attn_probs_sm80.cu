@@ -18,27 +18,11 @@
 #include "../common/score_mod.h"
 #include "../common/seqlen.h"
 #include "../common/static_switch.h"
+#include "primitives_sm80.cuh"
 #include "sm80_backend.h"
 
 namespace flashattn::sm80 {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ float to_f(T x);
-template <>
-__device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T from_f(float x);
-template <>
-__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 constexpr int kThreads = 256;
 
@@ -54,7 +38,7 @@ __global__ void __launch_bounds__(kThreads) attn_probs_kernel(const __grid_const
   __shared__ float part[kThreads / 32];
   const T* q = static_cast<const T*>(p.q_ptr) + b * p.q_batch_stride +
                (seq.q_row0 + i) * p.q_row_stride + h * p.q_head_stride;
-  for (int c = threadIdx.x; c < d; c += kThreads) q_row[c] = to_f(q[c]);
+  for (int c = threadIdx.x; c < d; c += kThreads) q_row[c] = to_float(q[c]);
   __syncthreads();
   const MaskInfo mask = mask_info(p, seq);
   const int j_lo = max(mask.key_begin(i), 0), j_hi = min(mask.key_end(i), sk);
@@ -65,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) attn_probs_kernel(const __grid_const
   auto score = [&](int j) {
     const T* k = k0 + int64_t(j) * p.k_row_stride;
     float dot = 0.f;
-    for (int c = 0; c < d; ++c) dot += q_row[c] * to_f(k[c]);
+    for (int c = 0; c < d; ++c) dot += q_row[c] * to_float(k[c]);
     return score_mod(dot * p.softmax_scale, has_cap, p.softcap, inv_cap, slope,
                      i + mask.shift() - j);
   };
@@ -87,7 +71,7 @@ __global__ void __launch_bounds__(kThreads) attn_probs_kernel(const __grid_const
   for (int j = j_lo + threadIdx.x; j < j_hi; j += kThreads) {
     float prob = expf(score(j) - mx);
     if (drop && !dropout_keep(seed, offset, b, h, i, j, p.dropout_threshold)) prob = -prob;
-    s_row[j] = from_f<T>(prob);
+    s_row[j] = from_float<T>(prob);
   }
 }
 

@@ -52,23 +52,6 @@ __device__ __forceinline__ int64_t k_row_global(const BwdParams& p, int b, const
   return (p.is_varlen ? 0 : int64_t(b) * p.seqlen_k) + s.k_row0;
 }
 
-template <typename Element>
-__device__ __forceinline__ float to_float(Element x);
-template <>
-__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <typename Element>
-__device__ __forceinline__ Element from_float(float x);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
 // 8 elements [col, col + 8) of a row as fp32, zero past `ncols`: one 16-byte load when
 // `aligned` (pointer and strides 16-byte aligned, whole chunk inside), else scalar loads.
 template <typename Element>

@@ -267,29 +267,24 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
     // Only key block n_last (iteration 0) can cross the end of the keys: row checks there only
     // (block-sparse: any block of the list may be the last, checked where it is).
     using CopyKV = typename Traits::CopyKV;
-    auto load_k = [&](int it, auto check_rows) {
+    // K or V of iteration it into its stage (base: the tensor at the sequence's first key).
+    auto load_kv = [&](uint32_t s_base, const Element* base, int64_t row_stride, int cols,
+                       const void* safe, int it, auto check_rows) {
       const int n0 = block_of(it) * kBlockN;
+      const uint32_t dst = s_base + (it % kStages) * TileKV::kBytes;
       if (Is_sparse && !decltype(check_rows)::value && n0 + kBlockN > seq.seqlen_k) {
-        load_tile<CopyKV, TileKV, Is_even_K, true>(
-            sK + (it % kStages) * TileKV::kBytes, k + n0 * p.k_row_stride, p.k_row_stride,
-            seq.seqlen_k - n0, p.headdim, vec_ok, p.k_ptr);
+        load_tile<CopyKV, TileKV, Is_even_K, true>(dst, base + n0 * row_stride, row_stride,
+                                                   seq.seqlen_k - n0, cols, vec_ok, safe);
         return;
       }
       load_tile<CopyKV, TileKV, Is_even_K, decltype(check_rows)::value>(
-          sK + (it % kStages) * TileKV::kBytes, k + n0 * p.k_row_stride, p.k_row_stride,
-          seq.seqlen_k - n0, p.headdim, vec_ok, p.k_ptr);
+          dst, base + n0 * row_stride, row_stride, seq.seqlen_k - n0, cols, vec_ok, safe);
+    };
+    auto load_k = [&](int it, auto check_rows) {
+      load_kv(sK, k, p.k_row_stride, p.headdim, p.k_ptr, it, check_rows);
     };
     auto load_v = [&](int it, auto check_rows) {
-      const int n0 = block_of(it) * kBlockN;
-      if (Is_sparse && !decltype(check_rows)::value && n0 + kBlockN > seq.seqlen_k) {
-        load_tile<CopyKV, TileKV, Is_even_K, true>(
-            sV + (it % kStages) * TileKV::kBytes, v + n0 * p.v_row_stride, p.v_row_stride,
-            seq.seqlen_k - n0, p.headdim_v, vec_ok, p.v_ptr);
-        return;
-      }
-      load_tile<CopyKV, TileKV, Is_even_K, decltype(check_rows)::value>(
-          sV + (it % kStages) * TileKV::kBytes, v + n0 * p.v_row_stride, p.v_row_stride,
-          seq.seqlen_k - n0, p.headdim_v, vec_ok, p.v_ptr);
+      load_kv(sV, v, p.v_row_stride, p.headdim_v, p.v_ptr, it, check_rows);
     };
     const std::true_type checked;
     const std::false_type unchecked;
