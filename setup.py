@@ -9,6 +9,9 @@ flashattn/_build_config.py's BUILD_CONFIG):
   FLASHATTN_DISABLE_BACKWARD=1  no CUDA backward kernels (the CPU backward stays)
   FLASHATTN_DISABLE_FP8=1       no FP8 (float8_e4m3fn) forward on any backend: FP8 calls raise
                                 an error naming the flag (issue 14)
+  FLASHATTN_DISABLE_DROPOUT=1   no CUDA dropout kernels (the CPU's dropout stays): a CUDA call
+                                with dropout_p > 0 raises naming the flag (a shorter build)
+  FLASHATTN_DISABLE_BLOCK_SPARSE=1  no CUDA block-sparse kernels (the CPU's stay), likewise
   FLASHATTN_LINEINFO=1          nvcc -lineinfo (source lines for profilers and sanitizers;
                                 off by default: a release wheel does not carry them)
   TORCH_CUDA_ARCH_LIST          the CUDA targets (tools/build_archs.py: "9.0a" or "9.0" builds
@@ -31,7 +34,8 @@ import generate_instantiations  # noqa: E402
 import generate_wgmma  # noqa: E402
 
 FLAGS = ["FLASHATTN_DISABLE_CUDA", "FLASHATTN_DISABLE_SM80", "FLASHATTN_DISABLE_SM90",
-         "FLASHATTN_DISABLE_BACKWARD", "FLASHATTN_DISABLE_FP8", "FLASHATTN_LINEINFO"]
+         "FLASHATTN_DISABLE_BACKWARD", "FLASHATTN_DISABLE_FP8", "FLASHATTN_DISABLE_DROPOUT",
+         "FLASHATTN_DISABLE_BLOCK_SPARSE", "FLASHATTN_LINEINFO"]
 NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler=-fvisibility=hidden"]
 TORCH_TARGET_VERSION = "0x020a000000000000"  # the stable ABI of torch 2.10: runs on >= 2.10
 # The same version as "major.minor": BUILD_CONFIG's torch_target_version (flashattn/__init__.py

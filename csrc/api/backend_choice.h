@@ -112,8 +112,23 @@ inline bool cuda_block_sparse_enabled() {
        "run on CPU tensors");
 }
 
+#ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
+[[noreturn]] inline void fail_no_block_sparse_build() {
+  fail("this build has no CUDA block-sparse kernels (FLASHATTN_DISABLE_BLOCK_SPARSE=1): "
+       "block-sparse attention runs on CPU tensors");
+}
+#endif
+
 inline void check_cuda_has_features(const FwdParams& p) {
   if (p.dtype == DType::kFloat8E4M3) fail_cuda_fp8();
+#ifdef FLASHATTN_DISABLE_DROPOUT
+  if (p.dropout_threshold > 0)
+    fail("this build has no CUDA dropout kernels (FLASHATTN_DISABLE_DROPOUT=1): dropout runs on "
+         "CPU tensors");
+#endif
+#ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
+  if (p.kv_num_blocks != nullptr) fail_no_block_sparse_build();
+#endif
   if (p.kv_num_blocks != nullptr && !cuda_block_sparse_enabled()) fail_cuda_block_sparse();
   if (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr) fail_cuda_pos_offsets();
 }
@@ -175,6 +190,9 @@ inline Backend choose_fwd_kvcache(const FwdParams& p) {
 inline Backend choose_bwd(const BwdParams& p) {
   const Force force = forced_backend();  // a bad value raises here too
   check_cuda_has_features(p);
+#ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
+  if (p.q_num_blocks != nullptr) fail_no_block_sparse_build();
+#endif
   if (p.q_num_blocks != nullptr && !cuda_block_sparse_enabled()) fail_cuda_block_sparse();
 #ifdef FLASHATTN_DISABLE_BACKWARD
   (void)p;

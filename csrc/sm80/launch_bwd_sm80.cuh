@@ -125,6 +125,9 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
         FLASHATTN_LAUNCH_CHECK();
       };
       if (p.q_num_blocks != nullptr) {
+#ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
+        throw std::runtime_error("flashattn sm80 bwd: built with FLASHATTN_DISABLE_BLOCK_SPARSE");
+#else
         // Block-sparse: the key tile in one mask key block, whole kernel query blocks per
         // mask query block; the list of visited query blocks past the tiles in smem.
         if (p.block_m % Tile::kBlockM != 0 || p.block_n % Tile::kBlockN != 0)
@@ -150,11 +153,19 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
               args, static_cast<int>(cap));
           FLASHATTN_LAUNCH_CHECK();
         };
+#ifndef FLASHATTN_DISABLE_DROPOUT
         if (p.dropout_threshold > 0) sparse(bwd_main_kernel<Tile, Element, false, true, true>);
-        else sparse(bwd_main_kernel<Tile, Element, false, false, true>);
-      } else if (p.dropout_threshold > 0)  // softcap switched inside
+        else
+#endif
+          sparse(bwd_main_kernel<Tile, Element, false, false, true>);
+#endif  // FLASHATTN_DISABLE_BLOCK_SPARSE
+      } else if (p.dropout_threshold > 0) {  // softcap switched inside
+#ifndef FLASHATTN_DISABLE_DROPOUT
         launch(bwd_main_kernel<Tile, Element, false, true>);
-      else
+#else
+        throw std::runtime_error("flashattn sm80 bwd: built with FLASHATTN_DISABLE_DROPOUT");
+#endif
+      } else
 #ifndef FLASHATTN_DISABLE_SOFTCAP
       if (p.softcap > 0.f)
         launch(bwd_main_kernel<Tile, Element, true>);

@@ -83,13 +83,22 @@ void launch_fwd_variants(const FwdParams& p, cudaStream_t stream, int heavy_min_
   // selftest_fwd_sm80). The kernel's linear block index is 32-bit: only below 2^31 blocks.
   const bool heavy_first = p.seqlen_q >= heavy_min_seqlen &&
       heavy_first_ok(p.window_left, p.window_right, m_blocks * p.nheads * p.batch);
-  if (p.kv_num_blocks != nullptr)
+  if (p.kv_num_blocks != nullptr) {
+#ifndef FLASHATTN_DISABLE_BLOCK_SPARSE
     return launch_fwd_sparse<Traits>(p, vec_ok, even_k, grid, stream, heavy_first);
+#else
+    throw std::runtime_error("flashattn sm80 fwd: built with FLASHATTN_DISABLE_BLOCK_SPARSE");
+#endif
+  }
   // Dropout: one variant per Is_even_K (the score transform switched inside).
   if (p.dropout_threshold > 0) {
+#ifndef FLASHATTN_DISABLE_DROPOUT
     if (even_k) launch_fwd<Traits, true, false, true>(p, vec_ok, grid, stream, heavy_first);
     else launch_fwd<Traits, false, false, true>(p, vec_ok, grid, stream, heavy_first);
     return;
+#else
+    throw std::runtime_error("flashattn sm80 fwd: built with FLASHATTN_DISABLE_DROPOUT");
+#endif
   }
   if (even_k) {
     if (score_mod) launch_fwd<Traits, true, true>(p, vec_ok, grid, stream, heavy_first);

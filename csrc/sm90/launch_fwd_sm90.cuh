@@ -167,9 +167,13 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
 // (or the scale is <= 0: max-then-scale needs it > 0).
 template <class Cfg, typename Element>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
-  if (p.dropout_threshold > 0)  // the score transform switched inside
+  if (p.dropout_threshold > 0) {  // the score transform switched inside
+#ifndef FLASHATTN_DISABLE_DROPOUT
     launch_fwd_sm90_kernel<Cfg, Element, false, true>(p, stream, g);
-  else if (p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
+#else
+    throw std::runtime_error("flashattn sm90 fwd: built with FLASHATTN_DISABLE_DROPOUT");
+#endif
+  } else if (p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
     launch_fwd_sm90_kernel<Cfg, Element, true>(p, stream, g);
   else
     launch_fwd_sm90_kernel<Cfg, Element, false>(p, stream, g);
