@@ -743,14 +743,14 @@ def block_sparse_attn_func(
 
 
 def _sparse_result(result, return_attn_probs, dense, bm, bn):
-    """_result's S with the dropped tiles zeroed (attn_probs recomputes every visible P)."""
+    """_result's S with the dropped tiles zeroed. attn_probs takes no block mask, so the row max
+    m of S = exp(s - m) is over every causally visible key, kept tile or not (params.h)."""
     if not return_attn_probs or result[2] is None:
         return result
     out, softmax_lse, s_dmask = result
     rows, cols = s_dmask.shape[-2:]
     kept = dense.repeat_interleave(bm, -2).repeat_interleave(bn, -1)[..., :rows, :cols]
     kept = torch.nn.functional.pad(kept, (0, cols - kept.shape[-1], 0, rows - kept.shape[-2]))
-    # where, not a product: outside the kept tiles exp(s - lse) may overflow to inf.
     return out, softmax_lse, torch.where(kept, s_dmask, 0)
 
 

@@ -15,7 +15,8 @@ import torch
 import flashattn
 from helpers import (DEVICES, DTYPES, HEADS, alibi_slopes, assert_close, case_id, check_results,
                      covering_set, cuda_case_params, dtypes_for, rand, skip_if_no_kernel)
-from reference import block_mask_elements, dropout_keep_ref, dropout_threshold_ref, ref_and_lowp_ext
+from reference import (attn_probs_ref, block_mask_elements, dropout_keep_ref,
+                       dropout_threshold_ref, ref_and_lowp_ext)
 
 SHAPES = {"113x203": (113, 203), "300x257": (300, 257), "1x239": (1, 239), "239x1": (239, 1),
           "128x128": (128, 128), "200x77": (200, 77)}
@@ -94,6 +95,13 @@ def run_case(device, c, seed):
                      dropout_scale=256 / (256 - dropout_threshold_ref(p)))
         kept = block_mask_elements(dense, bs, sq, sk).expand(B, H, sq, sk)
         assert (s_dmask[:, :, :sq, :sk][~kept] == 0).all(), "S is nonzero on a dropped tile"
+        # |S| = exp(s - m) on the kept tiles, m the max over every causally visible key (the
+        # block mask does not reach attn_probs; params.h), 0 on the dropped ones.
+        kw_s = dict(kw, alibi_slopes=None if kw["alibi_slopes"] is None else kw["alibi_slopes"].cpu())
+        qc, kc, kept_c = q.detach().cpu(), k.detach().cpu(), kept.cpu()
+        ref_s = attn_probs_ref(qc, kc, **kw_s) * kept_c
+        low_s = (attn_probs_ref(qc, kc, compute_dtype=torch.float32, **kw_s) * kept_c).to(dtype)
+        assert_close("S", s_dmask[:, :, :sq, :sk].abs(), ref_s, low_s, dtype)
     else:
         assert s_dmask is None
     kw_ref = dict(kw, alibi_slopes=None if kw["alibi_slopes"] is None else kw["alibi_slopes"].cpu())

@@ -142,7 +142,9 @@ struct FwdParams {
   // flash-attn). S = exp(s_ij - m_i), m_i the row's max visible score (no sink): flash-attn's
   // S for a single key block (its tests normalise it by exp(m_i - lse_i) per key block of
   // interface._get_block_size_n), so P_ij = |S_ij| exp(m_i - lse_i); negated where dropout
-  // drops it, 0 where (i, j) is not visible or outside the sequence. Only the attn_probs op
+  // drops it, 0 where (i, j) is not visible or outside the sequence (a block mask does not
+  // reach attn_probs: block_sparse_attn_func zeroes the dropped tiles of S, m_i stays the max
+  // over every causally visible key). Only the attn_probs op
   // sets s_ptr; the forward kernels ignore it (lse_ptr is not read).
   void* s_ptr = nullptr;
   int64_t s_batch_stride = 0, s_head_stride = 0, s_row_stride = 0;
