@@ -4,7 +4,8 @@ Importing the package checks that this torch can load the build (torch >= the st
 target version recorded by setup.py; a CUDA build of torch for a build with CUDA kernels), then
 loads the compiled extension, which registers the dispatcher ops
 `torch.ops.flashattn.{fwd,bwd,varlen_fwd,varlen_bwd,fwd_kvcache,attn_probs}`; `ops` adds their fake
-kernels and autograd; `interface` holds the flash-attn 2.x compatible functions.
+kernels and autograd; `interface` holds the flash-attn 2.x compatible functions, `block_sparse`
+the block-sparse ones.
 """
 import re
 
@@ -60,5 +61,7 @@ from . import ops  # noqa: E402,F401
 from . import distributed  # noqa: E402,F401  (ring attention; no process-group state at import)
 from .interface import *  # noqa: E402,F401,F403
 from .interface import __all__ as _interface_all  # noqa: E402
+from .block_sparse import *  # noqa: E402,F401,F403
+from .block_sparse import __all__ as _block_sparse_all  # noqa: E402
 
-__all__ = list(_interface_all) + ["BUILD_CONFIG"]
+__all__ = list(_interface_all) + list(_block_sparse_all) + ["BUILD_CONFIG"]

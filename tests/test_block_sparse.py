@@ -320,7 +320,7 @@ def test_clamped_metadata(device):
 def _op_args(device):
     q, k, v = _inputs(device, sq=100, sk=90)
     dense = make_mask("half", (2, 1, 2, 3), device)
-    args = flashattn.interface._block_sparse_args(dense, 64, 32)
+    args = flashattn.block_sparse._block_sparse_args(dense, 64, 32)
     opts = (32 ** -0.5, True, -1, 0, 0.0, None)
     return (q, k, v), opts, args
 
@@ -494,7 +494,7 @@ def test_varlen_opcheck_and_compile(device):
     cu = _cu(lens, device)
     q, k, v = (rand([107, 2, 16], torch.float32 if device == "cpu" else torch.bfloat16, device)
                for _ in range(3))
-    sparse = flashattn.interface._block_sparse_args(
+    sparse = flashattn.block_sparse._block_sparse_args(
         make_mask("half", (3, 1, 2, 3), device), 64, 32)
     opts = (0.25, True, -1, 0, 0.0, None)
     meta = (cu, cu, 70, 70)

@@ -1,0 +1,198 @@
+"""Block-sparse attention (issue 16): flash_attn_func / flash_attn_varlen_func over the kept
+tiles of a block mask (a dense bool mask or FlexAttention's compressed pair), and
+block_mask_from_flex. The mask is checked and compressed here, on the device and without a
+host sync; the ops (torch.ops.flashattn.fwd / varlen_fwd and their backwards) walk the kept
+tiles (contract: csrc/common/params.h)."""
+import torch
+
+from .interface import _options, _result
+
+__all__ = ["block_sparse_attn_func", "block_sparse_attn_varlen_func", "block_mask_from_flex"]
+
+
+def _block_size(block_size):
+    try:
+        bm, bn = block_size
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"flashattn: block_size must be a pair (block_m, block_n), got {block_size!r}"
+        ) from None
+    return int(bm), int(bn)
+
+
+def _check_mask_tensor(t, name, dtype, q, shape):
+    """A block-mask tensor: dtype, device and shape (None entries: batch or 1 / nheads or 1)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"flashattn: {name} must be a tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise ValueError(f"flashattn: {name} must have dtype {dtype}, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"flashattn: {name} must be on q's device ({q.device}), got {t.device}")
+    ok = t.dim() == len(shape) and all(
+        s == w or (i < 2 and s == 1) for i, (s, w) in enumerate(zip(t.shape, shape)))
+    if not ok:
+        want = ", ".join(f"{w} or 1" if i < 2 else str(w) for i, w in enumerate(shape))
+        raise ValueError(f"flashattn: {name} must have shape ({want}), got {tuple(t.shape)}")
+
+
+def _dense_block_mask(block_mask, q, batch, nheads, sq, sk, bm, bn):
+    """block_mask (dense bool, or the pair (kv_num_blocks, kv_indices)) of a (sq, sk) score
+    matrix as a dense bool (B or 1, H or 1, nq, nk) tensor; out-of-range counts and indices
+    clamped (conventions, rule 7), on the device, without a host sync."""
+    nq, nk = (sq + bm - 1) // bm, (sk + bn - 1) // bn
+    if isinstance(block_mask, (tuple, list)):
+        if len(block_mask) != 2:
+            raise ValueError("flashattn: block_mask as a sequence must be the pair "
+                             f"(kv_num_blocks, kv_indices), got {len(block_mask)} items")
+        num, idx = block_mask
+        _check_mask_tensor(num, "block_mask[0] (kv_num_blocks)", torch.int32, q,
+                           (batch, nheads, nq))
+        _check_mask_tensor(idx, "block_mask[1] (kv_indices)", torch.int32, q,
+                           (batch, nheads, nq, nk))
+        if idx.shape[:2] != num.shape[:2]:
+            raise ValueError("flashattn: block_mask[1] (kv_indices) must have the batch and "
+                             f"head sizes of kv_num_blocks {tuple(num.shape[:2])}, got "
+                             f"{tuple(idx.shape)}")
+        kept = torch.arange(nk, device=q.device) < num.clamp(0, nk)[..., None]
+        cols = idx.long().clamp(0, max(nk - 1, 0))
+        dense = torch.zeros(idx.shape, dtype=torch.int32, device=q.device)
+        return dense.scatter_add_(-1, cols, kept.to(torch.int32)) > 0
+    _check_mask_tensor(block_mask, "block_mask", torch.bool, q, (batch, nheads, nq, nk))
+    return block_mask
+
+
+def _compressed(dense):
+    """Counts int32 (..., R) and indices int32 (..., R, C) of a dense bool (..., R, C): the
+    kept columns of each row first, ascending (stable sort), the rest after."""
+    num = dense.sum(-1, dtype=torch.int32)
+    idx = torch.sort((~dense).to(torch.int8), dim=-1, stable=True).indices.to(torch.int32)
+    return num.contiguous(), idx.contiguous()
+
+
+def _block_sparse_args(dense, bm, bn):
+    """The op's block-mask arguments: the kept key blocks of each query block and the
+    transposed view (kept query blocks of each key block) that the backward walks."""
+    kv_num_blocks, kv_indices = _compressed(dense)
+    q_num_blocks, q_indices = _compressed(dense.transpose(-1, -2))
+    return dict(kv_num_blocks=kv_num_blocks, kv_indices=kv_indices, q_num_blocks=q_num_blocks,
+                q_indices=q_indices, block_size_m=bm, block_size_n=bn)
+
+
+def block_sparse_attn_func(
+    q,
+    k,
+    v,
+    block_mask,
+    block_size=(128, 128),
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    learnable_sink=None,
+):
+    """flash_attn_func over the kept tiles of a block mask; every dropped tile is skipped.
+
+    The score matrix is tiled block_size = (block_m, block_n): query block qb holds rows
+    [qb * block_m, + block_m), key block kb keys [kb * block_n, + block_n) (the last ones end
+    at seqlen_q / seqlen_k). Query i sees key j iff their tile is kept and causal / window
+    let it (a kept tile is still masked inside by them). A row whose tiles are all dropped
+    gets out = 0 and softmax_lse = -inf (the sink with learnable_sink). Varlen twin:
+    block_sparse_attn_varlen_func. CPU tensors only for now: on CUDA it raises RuntimeError
+    (issue 16).
+
+    Arguments: those of flash_attn_func, plus
+        block_mask: a dense bool tensor (batch or 1, nheads or 1, ceil(seqlen_q / block_m),
+            ceil(seqlen_k / block_n)), True = kept; or FlexAttention's compressed pair
+            (kv_num_blocks int32 (batch or 1, nheads or 1, n_qblocks), kv_indices int32 (...,
+            n_qblocks, n_kblocks)): query block qb keeps key blocks kv_indices[..., qb, :n] with
+            n = kv_num_blocks[..., qb]. Counts and indices outside [0, n_kblocks] are clamped
+            (wrong numbers, never an out-of-bounds access); repeats count once.
+        block_size: (block_m, block_n), multiples of 16 in [16, 256].
+
+    Returns: as flash_attn_func; with return_attn_probs and dropout, S is 0 on dropped tiles.
+    """
+    bm, bn = _block_size(block_size)
+    dense = _dense_block_mask(block_mask, q, q.shape[0], q.shape[2], q.shape[1], k.shape[1],
+                              bm, bn)
+    opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, learnable_sink)
+    out, softmax_lse = torch.ops.flashattn.fwd(q, k, v, **opts,
+                                               **_block_sparse_args(dense, bm, bn))
+    return _sparse_result(_result(out, softmax_lse, return_attn_probs, (q, k, v), opts),
+                          return_attn_probs, dense, bm, bn)
+
+
+def _sparse_result(result, return_attn_probs, dense, bm, bn):
+    """_result's S with the dropped tiles zeroed. attn_probs takes no block mask, so the row max
+    m of S = exp(s - m) is over every causally visible key, kept tile or not (params.h)."""
+    if not return_attn_probs or result[2] is None:
+        return result
+    out, softmax_lse, s_dmask = result
+    rows, cols = s_dmask.shape[-2:]
+    kept = dense.repeat_interleave(bm, -2).repeat_interleave(bn, -1)[..., :rows, :cols]
+    kept = torch.nn.functional.pad(kept, (0, cols - kept.shape[-1], 0, rows - kept.shape[-2]))
+    return out, softmax_lse, torch.where(kept, s_dmask, 0)
+
+
+def block_sparse_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    block_mask,
+    block_size=(128, 128),
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    learnable_sink=None,
+):
+    """block_sparse_attn_func for flash_attn_varlen_func's layout: the tiles of each sequence
+    (its query row 0 and key 0 start its blocks), block_mask (batch or 1, nheads or 1,
+    ceil(max_seqlen_q / block_m), ceil(max_seqlen_k / block_n)) in either form; no
+    block_table. CPU tensors only for now (on CUDA it raises RuntimeError, issue 16)."""
+    bm, bn = _block_size(block_size)
+    sq = torch.sym_min(max_seqlen_q, q.shape[0])  # the op clamps the hints to the row counts
+    sk = torch.sym_min(max_seqlen_k, k.shape[0])
+    dense = _dense_block_mask(block_mask, q, cu_seqlens_q.shape[0] - 1, q.shape[1], sq, sk,
+                              bm, bn)
+    opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, learnable_sink)
+    out, softmax_lse = torch.ops.flashattn.varlen_fwd(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **opts,
+        **_block_sparse_args(dense, bm, bn))
+    result = _result(out, softmax_lse, return_attn_probs,
+                     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), opts)
+    return _sparse_result(result, return_attn_probs, dense, bm, bn)
+
+
+def block_mask_from_flex(block_mask):
+    """(block_mask, block_size) for block_sparse_attn_func from a FlexAttention BlockMask whose
+    kept blocks are whole: one without a mask_mod (its kv_num_blocks / kv_indices), or its
+    full blocks (full_kv_num_blocks / full_kv_indices; the partial blocks, which a mask_mod
+    masks inside, are not taken). Its sequence lengths must be the call's."""
+    mask_mod = getattr(block_mask, "mask_mod", None)
+    no_mod = mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask"
+    if no_mod:
+        num, idx = block_mask.kv_num_blocks, block_mask.kv_indices
+    elif block_mask.full_kv_num_blocks is not None:
+        num, idx = block_mask.full_kv_num_blocks, block_mask.full_kv_indices
+    else:
+        raise ValueError("flashattn: block_mask_from_flex takes a BlockMask without a mask_mod "
+                         "or with full blocks (full_kv_num_blocks); this one has neither")
+    bs = block_mask.BLOCK_SIZE
+    bs = (bs, bs) if isinstance(bs, int) else tuple(bs)
+    return (num.to(torch.int32), idx.to(torch.int32)), bs
