@@ -199,7 +199,7 @@ __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* 
 // Is_sparse: block-sparse (params.h: q_num_blocks / q_indices, the transposed view); the key
 // tile lies in one mask key block (block_n a multiple of kBlockN) and visits the kernel query
 // blocks of its kept mask query blocks (block_m a multiple of kBlockM) within its visible
-// range, listed in shared memory past the tiles (list_cap entries) by thread 0; not
+// range, listed in shared memory past the tiles (list_cap entries) by warp 0; not
 // deterministic, no rotation (the host sees to both); softcap a run-time switch.
 template <typename Tile, typename Element, bool Has_softcap, bool Has_dropout = false,
           bool Is_sparse = false>
@@ -271,22 +271,29 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   int* sparse_list = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(smem_u4) +
                                             Tile::kSmemBytes);
   if constexpr (Is_sparse) {
+    // Warp 0 reads 32 list entries at a time and compacts the kept query blocks with ballots.
     __shared__ int sparse_count;
-    if (threadIdx.x == 0) {
+    if (warp == 0) {
       int cnt = 0;
       const int kbm = n0 / p.block_n, subs = p.block_m / kBM;
       if (m_begin < m_end && kbm < p.n_kblocks && p.n_qblocks > 0) {
         const int64_t c = b * p.bs_t_batch_stride + h * p.bs_t_head_stride + kbm;
         const int nb = min(max(p.q_num_blocks[c], 0), p.n_qblocks);
-        for (int t = 0; t < nb; ++t) {
-          const int qmb = min(max(p.q_indices[c * p.n_qblocks + t], 0), p.n_qblocks - 1);
-          for (int sub = 0; sub < subs && cnt < list_cap; ++sub) {
+        for (int t0 = 0; t0 < nb; t0 += 32) {
+          const int t = t0 + lane;
+          const int qmb = t < nb ? min(max(p.q_indices[c * p.n_qblocks + t], 0), p.n_qblocks - 1)
+                                 : -1;
+          for (int sub = 0; sub < subs; ++sub) {
             const int m = qmb * subs + sub;
-            if (m >= m_begin && m < m_end) sparse_list[cnt++] = m;
+            const bool keep = qmb >= 0 && m >= m_begin && m < m_end;
+            const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+            const int slot = cnt + __popc(ballot & ((1u << lane) - 1u));
+            if (keep && slot < list_cap) sparse_list[slot] = m;
+            cnt += __popc(ballot);
           }
         }
       }
-      sparse_count = cnt;
+      if (lane == 0) sparse_count = min(cnt, list_cap);
     }
     __syncthreads();
     m_len = sparse_count;

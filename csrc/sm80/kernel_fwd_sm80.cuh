@@ -154,7 +154,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 // Is_sparse: block-sparse (params.h: kv_num_blocks / kv_indices); the CTA's query tile lies in
 // one mask query block (block_m a multiple of kBlockM) and visits the kernel key blocks of its
 // kept mask key blocks (block_n a multiple of kBlockN) that intersect the visible keys, listed
-// in shared memory past the tiles (list_cap entries) by the first thread. Such a kernel takes
+// in shared memory past the tiles (list_cap entries) by warp 0. Such a kernel takes
 // Has_dropout = true with dropout a run-time switch (one instantiation for both).
 template <typename Traits, bool Is_even_K, bool Has_score_mod, bool Has_dropout = false,
           bool Is_sparse = false>
@@ -210,22 +210,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   int* sparse_list = reinterpret_cast<int*>(smem + Traits::kSmemBytes);
   int n_iters = n_dense;
   if constexpr (Is_sparse) {
+    // Warp 0 reads 32 list entries at a time and compacts the kept kernel blocks with ballots
+    // (one thread reading them in turn paid a global-load latency per entry).
     __shared__ int sparse_count;
-    if (threadIdx.x == 0) {
+    if (warp == 0) {
       int cnt = 0;
       const int qb = m0 / p.block_m, subs = p.block_n / kBlockN;
       if (n_dense > 0 && qb < p.n_qblocks && p.n_kblocks > 0) {
         const int64_t c = b * p.bs_batch_stride + h * p.bs_head_stride + qb;
         const int nb = min(max(p.kv_num_blocks[c], 0), p.n_kblocks);
-        for (int t = 0; t < nb; ++t) {
-          const int mb = min(max(p.kv_indices[c * p.n_kblocks + t], 0), p.n_kblocks - 1);
-          for (int sub = 0; sub < subs && cnt < list_cap; ++sub) {
+        for (int t0 = 0; t0 < nb; t0 += 32) {
+          const int t = t0 + lane;
+          const int mb = t < nb ? min(max(p.kv_indices[c * p.n_kblocks + t], 0), p.n_kblocks - 1)
+                                : -1;
+          for (int sub = 0; sub < subs; ++sub) {
             const int kb = mb * subs + sub, n0 = kb * kBlockN;
-            if (n0 < key_hi && n0 + kBlockN > key_lo) sparse_list[cnt++] = kb;
+            const bool keep = mb >= 0 && n0 < key_hi && n0 + kBlockN > key_lo;
+            const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+            const int slot = cnt + __popc(ballot & ((1u << lane) - 1u));
+            if (keep && slot < list_cap) sparse_list[slot] = kb;
+            cnt += __popc(ballot);
           }
         }
       }
-      sparse_count = cnt;
+      if (lane == 0) sparse_count = min(cnt, list_cap);
     }
     __syncthreads();
     n_iters = sparse_count;
