@@ -165,7 +165,6 @@ inline void check_block_sparse(const Options& opt, const Problem& pb, const Tens
   const bool any = opt.kv_num_blocks || opt.kv_indices || opt.q_num_blocks || opt.q_indices;
   if (!any) return;
   FLASHATTN_CHECK(!paged, "block-sparse attention does not take block_table (paged KV)");
-  if (!q.is_cpu()) fail_cuda_block_sparse();
   FLASHATTN_CHECK(opt.kv_num_blocks.has_value() == opt.kv_indices.has_value(),
                   "kv_num_blocks and kv_indices must be given together");
   FLASHATTN_CHECK(opt.q_num_blocks.has_value() == opt.q_indices.has_value(),

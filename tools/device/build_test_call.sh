@@ -27,8 +27,8 @@ for set in ${TEST_SETS:-"cuda:auto:tests+-k+cuda"}; do
   IFS=: read -r name force args <<< "$set"
   args=${args//+/ }
   t1=$(date +%s)
-  FLASHATTN_FORCE_BACKEND=$force FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$PWD timeout ${TEST_LIMIT:-300} \
-    bash -c "python3 -m pytest -q -rfEs -p no:cacheprovider -n 8 $args" > $L/tests_$name.log 2>&1
+  FLASHATTN_FORCE_BACKEND=$force FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$PWD timeout -s INT -k 20 ${TEST_LIMIT:-300} \
+    bash -c "exec python3 -m pytest -q -rfEs -p no:cacheprovider -o faulthandler_timeout=${TEST_HANG_S:-120} -n 8 ${PYTEST_EXTRA:-} $args" > $L/tests_$name.log 2>&1
   echo "== tests $name ($force, $args) rc=$?: $(tail -n 1 $L/tests_$name.log) ($(( $(date +%s) - t1 )) s)"
   grep -E "^(FAILED|ERROR)" $L/tests_$name.log | head -20
   grep -E "^E  " $L/tests_$name.log | head -30
