@@ -201,6 +201,11 @@ __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* 
 // blocks of its kept mask query blocks (block_m a multiple of kBlockM) within its visible
 // range, listed in shared memory past the tiles (list_cap entries) by warp 0; not
 // deterministic, no rotation (the host sees to both); softcap a run-time switch.
+// Block sizes that do not nest take the unit path (a run-time switch, as the forward's):
+// warp 0 ORs a 64-bit keep mask per kernel query tile (bit 8 * key unit + query unit, units
+// of 16 x 16) from the kept mask blocks of the key tile's units, lists the tiles whose mask
+// is not empty, and P and dS are zeroed on the dropped units of a partial tile (list_cap
+// ints, then list_cap uint64 masks, 8-byte aligned).
 template <typename Tile, typename Element, bool Has_softcap, bool Has_dropout = false,
           bool Is_sparse = false>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
@@ -270,7 +275,62 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int m_rot = (args.rotate && m_len > 0) ? (n_block - chunk.start) % m_len : 0;
   int* sparse_list = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(smem_u4) +
                                             Tile::kSmemBytes);
-  if constexpr (Is_sparse) {
+  constexpr int kQU = kBM / 16, kKU = kBN / 16;  // 16 x 16 units per (key, query) tile pair
+  static_assert(kQU <= 8 && kKU <= 8, "block-sparse units: a 64-bit mask per tile");
+  constexpr unsigned long long kAllUnits = [] {
+    unsigned long long m = 0ull;
+    for (int r = 0; r < kKU; ++r) m |= ((1ull << kQU) - 1ull) << (8 * r);
+    return m;
+  }();
+  const bool unit_mode = Is_sparse && (p.block_m % kBM != 0 || p.block_n % kBN != 0);
+  unsigned long long* unit_masks = reinterpret_cast<unsigned long long*>(
+      reinterpret_cast<unsigned char*>(smem_u4) + Tile::kSmemBytes + ((4 * list_cap + 7) & ~7));
+  if (Is_sparse && unit_mode) {
+    __shared__ int unit_count;
+    if (warp == 0) {
+      int cnt = 0;
+      // The masks are indexed by kernel query tile: never past list_cap (the host's count).
+      const int u_end = min(m_end, list_cap);
+      if (m_begin < u_end && p.n_kblocks > 0 && p.n_qblocks > 0) {
+        for (int m = m_begin + lane; m < u_end; m += 32) unit_masks[m] = 0ull;
+        __syncwarp();
+        const int units_per_qb = p.block_m / 16;
+        // Key units of one mask key block share its list: their bits spread over bytes.
+        for (int ku = 0; ku < kKU && n0 + 16 * ku < sk;) {
+          const int kb = (n0 + 16 * ku) / p.block_n;
+          unsigned long long spread = 0ull;
+          int ku_end = ku;
+          while (ku_end < kKU && n0 + 16 * ku_end < sk && (n0 + 16 * ku_end) / p.block_n == kb) {
+            spread |= 1ull << (8 * ku_end);
+            ++ku_end;
+          }
+          ku = ku_end;
+          if (kb >= p.n_kblocks) continue;
+          const int64_t c = b * p.bs_t_batch_stride + h * p.bs_t_head_stride + kb;
+          const int nb = min(max(p.q_num_blocks[c], 0), p.n_qblocks);
+          for (int t = lane; t < nb; t += 32) {
+            const int qmb = min(max(p.q_indices[c * p.n_qblocks + t], 0), p.n_qblocks - 1);
+            for (int u = qmb * units_per_qb; u < (qmb + 1) * units_per_qb; ++u) {
+              const int m = u / kQU;
+              if (m >= m_begin && m < u_end) atomicOr(&unit_masks[m], spread << (u % kQU));
+            }
+          }
+        }
+        __syncwarp();
+        for (int m0u = m_begin; m0u < u_end; m0u += 32) {
+          const int m = m0u + lane;
+          const bool keep = m < u_end && unit_masks[m] != 0ull;
+          const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+          const int slot = cnt + __popc(ballot & ((1u << lane) - 1u));
+          if (keep && slot < list_cap) sparse_list[slot] = m;
+          cnt += __popc(ballot);
+        }
+      }
+      if (lane == 0) unit_count = min(cnt, list_cap);
+    }
+    __syncthreads();
+    m_len = unit_count;
+  } else if constexpr (Is_sparse) {
     // Warp 0 reads 32 list entries at a time and compacts the kept query blocks with ballots.
     __shared__ int sparse_count;
     if (warp == 0) {
@@ -578,6 +638,25 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         pointwise(std::true_type{}, cap_flag);
       else
         pointwise(std::false_type{}, cap_flag);
+    }
+
+    // Block-sparse units: P and dS zeroed on the dropped blocks' units of a partial tile
+    // (key unit of fragment a, query unit of fragment c).
+    if (Is_sparse && unit_mode) {
+      const unsigned long long um = unit_masks[m];
+      if ((um & kAllUnits) != kAllUnits) {
+#pragma unroll
+        for (int a = 0; a < kMT1; ++a) {
+          const unsigned key_bits =
+              static_cast<unsigned>(um >> (8 * ((wn1 * Tile::kTileNSdP) / 16 + a)));
+#pragma unroll
+          for (int c = 0; c < kNT1; ++c)
+            if (!((key_bits >> ((wm1 * Tile::kTileMSdP + c * 8) / 16)) & 1u)) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc_s[a][c][e] = acc_dp[a][c][e] = 0.f;
+            }
+        }
+      }
     }
 
     // dS^T (and P^T on the smem path) to smem: [key row][query col], swizzled.

@@ -128,19 +128,18 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
 #ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
         throw std::runtime_error("flashattn sm80 bwd: built with FLASHATTN_DISABLE_BLOCK_SPARSE");
 #else
-        // Block-sparse: the key tile in one mask key block, whole kernel query blocks per
-        // mask query block; the list of visited query blocks past the tiles in smem.
-        if (p.block_m % Tile::kBlockM != 0 || p.block_n % Tile::kBlockN != 0)
-          throw std::runtime_error(
-              "flashattn sm80 bwd: block-sparse block sizes (" + std::to_string(p.block_m) +
-              ", " + std::to_string(p.block_n) + ") must be multiples of the backward tile (" +
-              std::to_string(Tile::kBlockM) + ", " + std::to_string(Tile::kBlockN) +
-              ") at head dim " + std::to_string(kHeadDim));
+        // Block-sparse: nesting block sizes list whole kernel query blocks per mask query
+        // block past the tiles in smem; any other (multiples of 16) the unit path, a 64-bit
+        // unit mask per kernel query tile besides (bwd_main_kernel).
+        const bool nests = p.block_m % Tile::kBlockM == 0 && p.block_n % Tile::kBlockN == 0;
         if (p.deterministic)
           throw std::runtime_error("flashattn sm80 bwd: block-sparse with deterministic=True "
                                    "is not built");
-        const int64_t cap = int64_t(p.n_qblocks) * (p.block_m / Tile::kBlockM);
-        const int64_t smem = Tile::kSmemBytes + 4 * cap;
+        const int64_t q_tiles =
+            (int64_t(p.n_qblocks) * p.block_m + Tile::kBlockM - 1) / Tile::kBlockM;
+        const int64_t cap = nests ? int64_t(p.n_qblocks) * (p.block_m / Tile::kBlockM) : q_tiles;
+        const int64_t smem =
+            Tile::kSmemBytes + (nests ? 4 * cap : ((4 * cap + 7) & ~int64_t(7)) + 8 * cap);
         if (smem > smem_optin)
           throw std::runtime_error("flashattn sm80 bwd: block-sparse over " +
                                    std::to_string(p.seqlen_q) + " query rows needs " +

@@ -38,24 +38,25 @@ void launch_fwd(const FwdParams& p, bool vec_ok, dim3 grid, cudaStream_t stream,
   FLASHATTN_LAUNCH_CHECK();
 }
 
-// Block-sparse (params.h): the query tile in one mask query block, whole kernel key blocks per
-// mask key block; the kernel lists its key blocks past the tiles in smem (list_cap ints).
-// Dropout is a run-time switch of the sparse kernel.
+// Block-sparse (params.h): nesting block sizes (block_m a multiple of kBlockM, block_n of
+// kBlockN) list whole kernel key blocks per mask key block (list_cap ints past the tiles);
+// any other (multiples of 16) the kernel's unit path, a 64-bit unit mask per kernel key tile
+// besides (fwd_kernel_sm80). Dropout is a run-time switch of the sparse kernel.
 template <typename Traits>
 void launch_fwd_sparse(const FwdParams& p, bool vec_ok, bool even_k, dim3 grid,
                        cudaStream_t stream, bool heavy_first) {
-  if (p.block_m % Traits::kBlockM != 0 || p.block_n % Traits::kBlockN != 0)
-    throw std::runtime_error(
-        "flashattn sm80 fwd: block-sparse block sizes (" + std::to_string(p.block_m) + ", " +
-        std::to_string(p.block_n) + ") must be multiples of the forward tile (" +
-        std::to_string(Traits::kBlockM) + ", " + std::to_string(Traits::kBlockN) +
-        ") at head dim " + std::to_string(Traits::kHeadDim));
-  const int64_t cap = int64_t(p.n_kblocks) * (p.block_n / Traits::kBlockN);
-  const int64_t smem = Traits::kSmemBytes + 4 * cap;
+  const bool nests = p.block_m % Traits::kBlockM == 0 && p.block_n % Traits::kBlockN == 0;
+  // Unit path: one list entry and one mask per kernel key tile of the mask's key range.
+  const int64_t key_tiles =
+      (int64_t(p.n_kblocks) * p.block_n + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int64_t cap = nests ? int64_t(p.n_kblocks) * (p.block_n / Traits::kBlockN) : key_tiles;
+  const int64_t smem = Traits::kSmemBytes + (nests ? 4 * cap : ((4 * cap + 7) & ~int64_t(7)) + 8 * cap);
   if (smem > smem_optin_bytes())
     throw std::runtime_error("flashattn sm80 fwd: block-sparse over " +
-                             std::to_string(p.seqlen_k) + " keys needs " +
-                             std::to_string(smem) + " bytes of shared memory, above the GPU's " +
+                             std::to_string(p.seqlen_k) + " keys (block sizes " +
+                             std::to_string(p.block_m) + ", " + std::to_string(p.block_n) +
+                             ") needs " + std::to_string(smem) +
+                             " bytes of shared memory, above the GPU's " +
                              std::to_string(smem_optin_bytes()));
   auto run = [&](auto kernel) {
     FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
