@@ -46,6 +46,37 @@ from helpers import DEVICES
 torch.use_deterministic_algorithms(True, warn_only=True)
 torch.utils.deterministic.fill_uninitialized_memory = True
 
+
+def _cpu_budget():
+    """CPUs this process may use: its affinity mask, capped by a cgroup CPU quota (a
+    container's "16 cores" is often a quota on a larger host, which OpenMP does not see)."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    for path in ("/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"):
+        try:
+            with open(path) as f:
+                fields = f.read().split()
+            if path.endswith("cfs_quota_us"):
+                with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+                    fields.append(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if len(fields) == 2 and fields[0] not in ("max", "-1") and int(fields[1]) > 0:
+            n = min(n, max(1, -(-int(fields[0]) // int(fields[1]))))
+        break
+    return max(1, n)
+
+
+# The float64 reference runs on the CPU in every test, CUDA cases included. Under pytest-xdist
+# (-n 8) each worker's torch would start an OpenMP pool as wide as the machine: 8 pools of 16
+# spinning threads on 16 cores made each reference op wait on descheduled threads (5x slower
+# measured at the same 8x oversubscription on 2 cores). Each worker gets its share; an explicit
+# OMP_NUM_THREADS is left alone.
+if "OMP_NUM_THREADS" not in os.environ:
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    _threads = max(1, _cpu_budget() // max(1, _workers))
+    if _threads < torch.get_num_threads():
+        torch.set_num_threads(_threads)
+
 # torch's structured-trace logger emits DEBUG records that pytest would capture and print
 # (thousands of lines) with every failing torch.compile test.
 logging.getLogger("torch.__trace").propagate = False

@@ -14,7 +14,7 @@ semantics of csrc/common/params.h:
         elements (block_mask_elements) and and-ed into visible: a dropped tile is not visible
     dropout: out = (P * keep * dropout_scale) @ v, P and lse undropped; keep from
         dropout_keep_ref, a Philox4x32-10 written here from the paper (numpy), checked
-        against Random123's known-answer vectors (tests/test_dropout.py)
+        against Random123's known-answer vectors and the per-cell layout (tests/test_dropout.py)
 
 `attention_ref` computes in `compute_dtype`: float64 for the reference, the inputs' own
 dtype for "PyTorch's low-precision computation of the same thing" (the tolerance baseline).
@@ -454,18 +454,34 @@ def dropout_keep_ref(rng_state, batch, nheads, sq, sk, dropout_p, row0=0, col0=0
     """Bool (batch, nheads, sq, sk): Z of params.h for the int64 (seed, offset) rng_state, of
     rows row0 + i and columns col0 + j (the position offsets of params.h)."""
     seed, offset = (int(x) & ((1 << 64) - 1) for x in rng_state.tolist())
-    b, h, i, j = np.meshgrid(np.arange(batch), np.arange(nheads), np.arange(row0, row0 + sq),
-                             np.arange(col0, col0 + sk), indexing="ij")
+    if batch * nheads * sq * sk == 0:
+        return torch.zeros(batch, nheads, sq, sk, dtype=torch.bool)
     # 16 x 16 blocks (I, J); within one, cell (r, c) is in unit u = 4 ((r >> 1) & 3) + ((c >> 1)
-    # & 3), word ((r & 1) << 1) | (r >> 3), byte ((c >> 3) << 1) | (c & 1) (philox.h).
-    r, c = i & 15, j & 15
-    unit = 4 * ((r >> 1) & 3) + ((c >> 1) & 3)
-    words = philox4x32_10_ref(j >> 4, (i >> 4) * 16 + unit, ((offset & _M32) + h) & _M32,
-                              ((offset >> 32) + b) & _M32, seed & _M32, seed >> 32)
-    word = np.choose(((r & 1) << 1) | (r >> 3), words)
-    shift = (np.uint64(8) * (((c >> 3) << 1) | (c & 1)).astype(np.uint64))
-    byte = (word >> shift) & np.uint64(0xFF)
-    return torch.from_numpy(byte >= dropout_threshold_ref(dropout_p))
+    # & 3), word ((r & 1) << 1) | (r >> 3), byte ((c >> 3) << 1) | (c & 1) (philox.h). One
+    # Philox call per (b, h, I, J, u) gives its unit's 16 cells (4 words x 4 bytes).
+    I0, J0 = row0 >> 4, col0 >> 4
+    nI, nJ = ((row0 + sq - 1) >> 4) - I0 + 1, ((col0 + sk - 1) >> 4) - J0 + 1
+    b = np.arange(batch, dtype=np.uint64).reshape(batch, 1, 1, 1, 1)
+    h = np.arange(nheads, dtype=np.uint64).reshape(1, nheads, 1, 1, 1)
+    I = np.arange(I0, I0 + nI, dtype=np.uint64).reshape(1, 1, nI, 1, 1)
+    J = np.arange(J0, J0 + nJ, dtype=np.uint64).reshape(1, 1, 1, nJ, 1)
+    u = np.arange(16, dtype=np.uint64).reshape(1, 1, 1, 1, 16)
+    shape = (batch, nheads, nI, nJ, 16)
+    words = philox4x32_10_ref(np.broadcast_to(J, shape), np.broadcast_to(I * 16 + u, shape),
+                              np.broadcast_to((((offset & _M32) + h) & _M32), shape),
+                              np.broadcast_to((((offset >> 32) + b) & _M32), shape),
+                              seed & _M32, seed >> 32)
+    # kept[..., w, u, y]: byte y of word w of unit u kept.
+    shifts = np.uint64(8) * np.arange(4, dtype=np.uint64)
+    thr = np.uint64(dropout_threshold_ref(dropout_p))
+    kept = np.stack([((w[..., None] >> shifts) & np.uint64(0xFF)) >= thr for w in words], -3)
+    r, c = np.arange(16).reshape(16, 1), np.arange(16).reshape(1, 16)
+    cell = (((r & 1) << 1) | (r >> 3)) * 64 + (4 * ((r >> 1) & 3) + ((c >> 1) & 3)) * 4 + \
+        (((c >> 3) << 1) | (c & 1))  # (r, c) -> flat (w, u, y)
+    z = kept.reshape(batch, nheads, nI, nJ, 256)[..., cell]  # (b, h, I, J, r, c)
+    z = z.transpose(0, 1, 2, 4, 3, 5).reshape(batch, nheads, nI * 16, nJ * 16)
+    i, j = row0 - 16 * I0, col0 - 16 * J0
+    return torch.from_numpy(np.ascontiguousarray(z[:, :, i:i + sq, j:j + sk]))
 
 
 def _ext_with_grads(fn, q, k, v, dout, sink, compute_dtype, out_used=None, **kw):

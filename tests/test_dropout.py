@@ -10,6 +10,7 @@ FLASHATTN_REQUIRE_CUDA=1 (the GPU job), as for any missing kernel.
 """
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -126,7 +127,11 @@ def _eff(kw):
 def check_s_values(s_dmask, q, k, kw, cu, sq, sk, dtype):
     """|S| (params.h: exp(s - m), m the row's max visible score, flash-attn's S for a single
     key block, see interface._get_block_size_n) against the float64 reference, with the
-    float32 one rounded to dtype (S's storage) as the low-precision reference."""
+    float32 one rounded to dtype (S's storage) as the low-precision reference. Varlen: over
+    the sequences' own (len_q, len_k) blocks, flattened and joined (run_case has checked the
+    padding around them to be exactly 0, which is the reference there and adds nothing to
+    either max error, so the verdict is that of the whole padded tensor; vl_nokeys' S is
+    99.7% padding)."""
     kw_ref = dict(kw, alibi_slopes=None if kw["alibi_slopes"] is None else kw["alibi_slopes"].cpu())
     cu_cpu = None if cu is None else tuple(x.cpu() for x in cu)
     qc, kc = q.detach().cpu(), k.detach().cpu()
@@ -134,6 +139,15 @@ def check_s_values(s_dmask, q, k, kw, cu, sq, sk, dtype):
     low = attn_probs_ref(qc, kc, cu_seqlens=cu_cpu, compute_dtype=torch.float32,
                          **kw_ref).to(dtype)
     ours = s_dmask[:, :, :sq, :sk].abs()
+    assert tuple(ours.shape) == tuple(ref.shape), (tuple(ours.shape), tuple(ref.shape))
+    if cu_cpu is not None:
+        lens = [(c[1:] - c[:-1]).tolist() for c in cu_cpu]
+        ours = ours.cpu()
+
+        def blocks(t):
+            return torch.cat([t[b, :, :lq, :lk].flatten() for b, (lq, lk) in enumerate(zip(*lens))])
+
+        ours, ref, low = blocks(ours), blocks(ref), blocks(low)
     assert_close("S", ours, ref, low, dtype, 2.0, scale=1.0)
 
 
@@ -188,6 +202,36 @@ def test_philox_known_answers():
     ]
     for args, want in cases:
         assert tuple(int(x) for x in philox4x32_10_ref(*args)) == want
+
+
+def _keep_per_cell(rng_state, batch, nheads, sq, sk, dropout_p, row0, col0):
+    """dropout_keep_ref's mask computed cell by cell from philox.h's layout (one Philox call
+    per cell), the literal statement that the reference's one call per 16-cell unit follows."""
+    seed, offset = (int(x) & ((1 << 64) - 1) for x in rng_state.tolist())
+    b, h, i, j = np.meshgrid(np.arange(batch), np.arange(nheads), np.arange(row0, row0 + sq),
+                             np.arange(col0, col0 + sk), indexing="ij")
+    r, c = i & 15, j & 15
+    unit = 4 * ((r >> 1) & 3) + ((c >> 1) & 3)
+    m32 = 0xFFFFFFFF
+    words = philox4x32_10_ref(j >> 4, (i >> 4) * 16 + unit, ((offset & m32) + h) & m32,
+                              ((offset >> 32) + b) & m32, seed & m32, seed >> 32)
+    word = np.choose(((r & 1) << 1) | (r >> 3), words)
+    byte = (word >> (np.uint64(8) * (((c >> 3) << 1) | (c & 1)).astype(np.uint64))) & np.uint64(255)
+    return torch.from_numpy(byte >= dropout_threshold_ref(dropout_p))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 37, 53, 0, 0), (1, 2, 16, 16, 0, 0),
+                                   (2, 2, 19, 41, 7, 23), (1, 1, 1, 1, 1000, 517),
+                                   (3, 1, 0, 5, 0, 0), (1, 2, 5, 0, 3, 0)])
+def test_keep_ref_layout(shape):
+    """dropout_keep_ref (one Philox call per 16-cell unit, scattered) equals the mask computed
+    cell by cell from philox.h's layout, bit for bit, with position offsets too."""
+    rng = torch.randint(-(2 ** 63), 2 ** 63 - 1, (2,), dtype=torch.int64)
+    for p in (0.001, 0.3, 0.9):
+        got = dropout_keep_ref(rng, *shape[:4], p, *shape[4:])
+        want = _keep_per_cell(rng, *shape[:4], p, *shape[4:])
+        assert got.dtype == torch.bool and got.shape == want.shape == shape[:4]
+        assert torch.equal(got, want)
 
 
 def test_threshold_rule():
