@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include "../common/block_sparse_tiles.cuh"
 #include "../common/dropout_lanes.cuh"
 #include "../common/mask.h"
 #include "../common/params.h"
@@ -275,84 +276,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int m_rot = (args.rotate && m_len > 0) ? (n_block - chunk.start) % m_len : 0;
   int* sparse_list = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(smem_u4) +
                                             Tile::kSmemBytes);
-  constexpr int kQU = kBM / 16, kKU = kBN / 16;  // 16 x 16 units per (key, query) tile pair
-  static_assert(kQU <= 8 && kKU <= 8, "block-sparse units: a 64-bit mask per tile");
-  constexpr unsigned long long kAllUnits = [] {
-    unsigned long long m = 0ull;
-    for (int r = 0; r < kKU; ++r) m |= ((1ull << kQU) - 1ull) << (8 * r);
-    return m;
-  }();
+  // Block-sparse: warp 0 lists the visited query tiles (block_sparse_tiles.cuh); block sizes
+  // that do not nest take the unit path, a 64-bit unit mask per query tile past the list.
   const bool unit_mode = Is_sparse && (p.block_m % kBM != 0 || p.block_n % kBN != 0);
   unsigned long long* unit_masks = reinterpret_cast<unsigned long long*>(
       reinterpret_cast<unsigned char*>(smem_u4) + Tile::kSmemBytes + ((4 * list_cap + 7) & ~7));
-  if (Is_sparse && unit_mode) {
-    __shared__ int unit_count;
-    if (warp == 0) {
-      int cnt = 0;
-      // The masks are indexed by kernel query tile: never past list_cap (the host's count).
-      const int u_end = min(m_end, list_cap);
-      if (m_begin < u_end && p.n_kblocks > 0 && p.n_qblocks > 0) {
-        for (int m = m_begin + lane; m < u_end; m += 32) unit_masks[m] = 0ull;
-        __syncwarp();
-        const int units_per_qb = p.block_m / 16;
-        // Key units of one mask key block share its list: their bits spread over bytes.
-        for (int ku = 0; ku < kKU && n0 + 16 * ku < sk;) {
-          const int kb = (n0 + 16 * ku) / p.block_n;
-          unsigned long long spread = 0ull;
-          int ku_end = ku;
-          while (ku_end < kKU && n0 + 16 * ku_end < sk && (n0 + 16 * ku_end) / p.block_n == kb) {
-            spread |= 1ull << (8 * ku_end);
-            ++ku_end;
-          }
-          ku = ku_end;
-          if (kb >= p.n_kblocks) continue;
-          const int64_t c = b * p.bs_t_batch_stride + h * p.bs_t_head_stride + kb;
-          const int nb = min(max(p.q_num_blocks[c], 0), p.n_qblocks);
-          for (int t = lane; t < nb; t += 32) {
-            const int qmb = min(max(p.q_indices[c * p.n_qblocks + t], 0), p.n_qblocks - 1);
-            for (int u = qmb * units_per_qb; u < (qmb + 1) * units_per_qb; ++u) {
-              const int m = u / kQU;
-              if (m >= m_begin && m < u_end) atomicOr(&unit_masks[m], spread << (u % kQU));
-            }
-          }
-        }
-        __syncwarp();
-        for (int m0u = m_begin; m0u < u_end; m0u += 32) {
-          const int m = m0u + lane;
-          const bool keep = m < u_end && unit_masks[m] != 0ull;
-          const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-          const int slot = cnt + __popc(ballot & ((1u << lane) - 1u));
-          if (keep && slot < list_cap) sparse_list[slot] = m;
-          cnt += __popc(ballot);
-        }
-      }
-      if (lane == 0) unit_count = min(cnt, list_cap);
-    }
-    __syncthreads();
-    m_len = unit_count;
-  } else if constexpr (Is_sparse) {
-    // Warp 0 reads 32 list entries at a time and compacts the kept query blocks with ballots.
+  if constexpr (Is_sparse) {
     __shared__ int sparse_count;
     if (warp == 0) {
-      int cnt = 0;
-      const int kbm = n0 / p.block_n, subs = p.block_m / kBM;
-      if (m_begin < m_end && kbm < p.n_kblocks && p.n_qblocks > 0) {
-        const int64_t c = b * p.bs_t_batch_stride + h * p.bs_t_head_stride + kbm;
-        const int nb = min(max(p.q_num_blocks[c], 0), p.n_qblocks);
-        for (int t0 = 0; t0 < nb; t0 += 32) {
-          const int t = t0 + lane;
-          const int qmb = t < nb ? min(max(p.q_indices[c * p.n_qblocks + t], 0), p.n_qblocks - 1)
-                                 : -1;
-          for (int sub = 0; sub < subs; ++sub) {
-            const int m = qmb * subs + sub;
-            const bool keep = qmb >= 0 && m >= m_begin && m < m_end;
-            const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-            const int slot = cnt + __popc(ballot & ((1u << lane) - 1u));
-            if (keep && slot < list_cap) sparse_list[slot] = m;
-            cnt += __popc(ballot);
-          }
-        }
-      }
+      const SparseAxes axes{p.q_num_blocks, p.q_indices,
+                            b * p.bs_t_batch_stride + h * p.bs_t_head_stride,
+                            p.n_kblocks, p.n_qblocks, p.block_n, p.block_m};
+      const int cnt = build_sparse_tiles<kBN, kBM>(axes, n0, sk, m_begin, m_end, sparse_list,
+                                                   unit_mode ? unit_masks : nullptr, list_cap,
+                                                   lane);
       if (lane == 0) sparse_count = min(cnt, list_cap);
     }
     __syncthreads();
@@ -644,7 +581,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // (key unit of fragment a, query unit of fragment c).
     if (Is_sparse && unit_mode) {
       const unsigned long long um = unit_masks[m];
-      if ((um & kAllUnits) != kAllUnits) {
+      constexpr unsigned long long kAll = all_units_kept<kBN / 16, kBM / 16>();
+      if ((um & kAll) != kAll) {
 #pragma unroll
         for (int a = 0; a < kMT1; ++a) {
           const unsigned key_bits =

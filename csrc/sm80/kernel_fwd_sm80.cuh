@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/block_sparse_tiles.cuh"
 #include "../common/dropout_lanes.cuh"
 #include "../common/mask.h"
 #include "../common/params.h"
@@ -215,88 +216,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   const int n_last = n_begin + n_dense - 1;  // dense: iteration `it` works on block n_last - it
   int* sparse_list = reinterpret_cast<int*>(smem + Traits::kSmemBytes);
   int n_iters = n_dense;
-  constexpr int kRU = kBlockM / 16, kCU = kBlockN / 16;  // 16 x 16 units per kernel tile
-  static_assert(kRU <= 8 && kCU <= 8, "block-sparse units: a 64-bit mask per tile");
+  // Block-sparse: warp 0 lists the visited key tiles (block_sparse_tiles.cuh); block sizes
+  // that do not nest take the unit path, a 64-bit unit mask per key tile past the list.
   const bool unit_mode =
       Is_sparse && (p.block_m % kBlockM != 0 || p.block_n % kBlockN != 0);
   unsigned long long* unit_masks = reinterpret_cast<unsigned long long*>(
       smem + Traits::kSmemBytes + ((4 * list_cap + 7) & ~7));
-  // Every unit of a kernel tile kept (the bits a mask can have).
-  constexpr unsigned long long kAllUnits = [] {
-    unsigned long long m = 0ull;
-    for (int r = 0; r < kRU; ++r) m |= ((1ull << kCU) - 1ull) << (8 * r);
-    return m;
-  }();
-  if (Is_sparse && unit_mode) {
-    __shared__ int unit_count;
-    if (warp == 0) {
-      int cnt = 0;
-      // The masks are indexed by kernel key tile: never past list_cap (the host's count).
-      const int u_last = min(n_last, list_cap - 1);
-      if (n_dense > 0 && p.n_kblocks > 0 && p.n_qblocks > 0 && u_last >= n_begin) {
-        for (int j = n_begin + lane; j <= u_last; j += 32) unit_masks[j] = 0ull;
-        __syncwarp();
-        const int units_per_kb = p.block_n / 16;
-        // Row units of one mask query block share its list: their bits spread over bytes.
-        for (int ru = 0; ru < kRU && m0 + 16 * ru < seq.seqlen_q;) {
-          const int qb = (m0 + 16 * ru) / p.block_m;
-          unsigned long long spread = 0ull;
-          int ru_end = ru;
-          while (ru_end < kRU && m0 + 16 * ru_end < seq.seqlen_q &&
-                 (m0 + 16 * ru_end) / p.block_m == qb) {
-            spread |= 1ull << (8 * ru_end);
-            ++ru_end;
-          }
-          ru = ru_end;
-          if (qb >= p.n_qblocks) continue;
-          const int64_t c = b * p.bs_batch_stride + h * p.bs_head_stride + qb;
-          const int nb = min(max(p.kv_num_blocks[c], 0), p.n_kblocks);
-          for (int t = lane; t < nb; t += 32) {
-            const int mb = min(max(p.kv_indices[c * p.n_kblocks + t], 0), p.n_kblocks - 1);
-            for (int u = mb * units_per_kb; u < (mb + 1) * units_per_kb; ++u) {
-              const int j = u / kCU;
-              if (j >= n_begin && j <= u_last) atomicOr(&unit_masks[j], spread << (u % kCU));
-            }
-          }
-        }
-        __syncwarp();
-        for (int j0 = n_begin; j0 <= u_last; j0 += 32) {
-          const int j = j0 + lane;
-          const bool keep = j <= u_last && unit_masks[j] != 0ull;
-          const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-          const int slot = cnt + __popc(ballot & ((1u << lane) - 1u));
-          if (keep && slot < list_cap) sparse_list[slot] = j;
-          cnt += __popc(ballot);
-        }
-      }
-      if (lane == 0) unit_count = min(cnt, list_cap);
-    }
-    __syncthreads();
-    n_iters = unit_count;
-  } else if constexpr (Is_sparse) {
-    // Warp 0 reads 32 list entries at a time and compacts the kept kernel blocks with ballots
-    // (one thread reading them in turn paid a global-load latency per entry).
+  if constexpr (Is_sparse) {
     __shared__ int sparse_count;
     if (warp == 0) {
-      int cnt = 0;
-      const int qb = m0 / p.block_m, subs = p.block_n / kBlockN;
-      if (n_dense > 0 && qb < p.n_qblocks && p.n_kblocks > 0) {
-        const int64_t c = b * p.bs_batch_stride + h * p.bs_head_stride + qb;
-        const int nb = min(max(p.kv_num_blocks[c], 0), p.n_kblocks);
-        for (int t0 = 0; t0 < nb; t0 += 32) {
-          const int t = t0 + lane;
-          const int mb = t < nb ? min(max(p.kv_indices[c * p.n_kblocks + t], 0), p.n_kblocks - 1)
-                                : -1;
-          for (int sub = 0; sub < subs; ++sub) {
-            const int kb = mb * subs + sub, n0 = kb * kBlockN;
-            const bool keep = mb >= 0 && n0 < key_hi && n0 + kBlockN > key_lo;
-            const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-            const int slot = cnt + __popc(ballot & ((1u << lane) - 1u));
-            if (keep && slot < list_cap) sparse_list[slot] = kb;
-            cnt += __popc(ballot);
-          }
-        }
-      }
+      const SparseAxes axes{p.kv_num_blocks, p.kv_indices,
+                            b * p.bs_batch_stride + h * p.bs_head_stride,
+                            p.n_qblocks, p.n_kblocks, p.block_m, p.block_n};
+      const int cnt = build_sparse_tiles<kBlockM, kBlockN>(
+          axes, m0, seq.seqlen_q, n_begin, n_begin + n_dense, sparse_list,
+          unit_mode ? unit_masks : nullptr, list_cap, lane);
       if (lane == 0) sparse_count = min(cnt, list_cap);
     }
     __syncthreads();
@@ -475,7 +409,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
       // mi * kNWarps + warp of this thread's rows, column unit ni / 2 of its columns).
       if (Is_sparse && unit_mode) {
         const unsigned long long um = unit_masks[block_of(it)];
-        if ((um & kAllUnits) != kAllUnits) {
+        constexpr unsigned long long kAll = all_units_kept<kBlockM / 16, kBlockN / 16>();
+        if ((um & kAll) != kAll) {
 #pragma unroll
           for (int mi = 0; mi < kMFrags; ++mi) {
             const unsigned row_bits = static_cast<unsigned>(um >> (8 * (mi * kNWarps + warp)));
