@@ -30,12 +30,15 @@ struct FwdMaps {
 
 // Compile-time shape of one kernel: head dims, tile, ring depth, consumer schedule, and
 // kExpFma: every kExpFma-th 8-key column block of P takes its exponentials on the FMA units
-// (exp2_fma), the rest on the SFU; 0: all on the SFU.
-template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0>
+// (exp2_fma), the rest on the SFU; 0: all on the SFU. kChains: independent partial max / sum
+// chains per row in the softmax (1: one serial chain of kBN / 4 dependent ops per row).
+template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
+          int kChains_ = 4>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
-  static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
+  static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_, kChains = kChains_;
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
+  static_assert(kChains >= 1 && kChains <= kBN / 8, "a chain per n8 block at most");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
   static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
                 "two or three consumer warpgroups of 64 query rows");
@@ -287,17 +290,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // 4 lanes share a row
-        float mx = row_max[r];
+        constexpr int kC = Cfg::kChains;  // n8 block j feeds chain j % kC
+        float mxc[kC], sc[kC];
+#pragma unroll
+        for (int q = 0; q < kC; ++q) mxc[q] = q == 0 ? row_max[r] : -INFINITY, sc[q] = 0.f;
 #pragma unroll
         for (int j = 0; j < kSN; ++j)
-          mx = fmaxf(mx, fmaxf(s[j * 4 + 2 * r], s[j * 4 + 2 * r + 1]));
+          mxc[j % kC] = fmaxf(mxc[j % kC], fmaxf(s[j * 4 + 2 * r], s[j * 4 + 2 * r + 1]));
+#pragma unroll
+        for (int w = 1; w < kC; w *= 2)
+#pragma unroll
+          for (int q = 0; q + w < kC; q += 2 * w) mxc[q] = fmaxf(mxc[q], mxc[q + w]);
+        float mx = mxc[0];
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
         // -inf guards: a row with nothing visible yet keeps max -inf and P = 0 (exp2(-inf)).
         const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
         alpha[r] = row_max[r] == -INFINITY ? 0.f : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
         row_max[r] = mx;
-        float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kSN; ++j)
 #pragma unroll
@@ -306,9 +316,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const float pv = Cfg::kExpFma > 0 && j % kFmaMod == kFmaMod - 1 ? exp2_fma(x)
                                                                              : exp2_ftz(x);
             s[j * 4 + 2 * r + e] = pv;
-            sum += pv;
+            sc[j % kC] += pv;
           }
-        row_sum[r] = row_sum[r] * alpha[r] + sum;
+#pragma unroll
+        for (int w = 1; w < kC; w *= 2)
+#pragma unroll
+          for (int q = 0; q + w < kC; q += 2 * w) sc[q] += sc[q + w];
+        row_sum[r] = row_sum[r] * alpha[r] + sc[0];
       }
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) {

@@ -1,5 +1,6 @@
-"""Runs one forward benchmark cell a few times, ours or SDPA flash's (for a profiler).
-Usage: python tools/device/fwd_one.py ours|sdpa d N causal"""
+"""Runs one forward benchmark cell a few times (for a profiler): ours, SDPA flash's, SDPA
+cuDNN's, or FlashAttention-4's (`source .peers/b/env.sh` first).
+Usage: python tools/device/fwd_one.py ours|sdpa|cudnn|fa4 d N causal"""
 import sys
 
 import torch
@@ -8,12 +9,17 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 impl, d, N, causal = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), bool(int(sys.argv[4]))
 B, H = max(1, 16384 // N), 2048 // d
 q, k, v = (torch.randn(B, N, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+if impl == "fa4":
+    from flash_attn.cute import flash_attn_func as fa4_func
 for _ in range(5):
     if impl == "ours":
         import flashattn
         flashattn.flash_attn_func(q, k, v, causal=causal)
+    elif impl == "fa4":
+        fa4_func(q, k, v, causal=causal)
     else:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        backend = SDPBackend.FLASH_ATTENTION if impl == "sdpa" else SDPBackend.CUDNN_ATTENTION
+        with sdpa_kernel(backend):
             torch.nn.functional.scaled_dot_product_attention(
                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
 torch.cuda.synchronize()
