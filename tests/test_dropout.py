@@ -182,8 +182,8 @@ def test_dropout(device, c, seed):
 
 @pytest.mark.parametrize("device,c", cuda_case_params(dropout_factors, seed=2))
 def test_dropout_sm90_forward(device, c, seed, monkeypatch):
-    """The sm90 dropout forward (off by default until a GPU run verifies it:
-    FLASHATTN_SM90_DROPOUT=1), forced: the same checks as test_dropout (its S, out, lse, and
+    """The sm90 dropout forward (on by default; FLASHATTN_SM90_DROPOUT=0 turns it off),
+    forced: the same checks as test_dropout (its S, out, lse, and
     the sm80 backward's gradients under the mask the forward drew). A call sm90 declines
     (head dims it has no kernel for, unaligned inputs) skips with the forced-sm90 reason."""
     monkeypatch.setenv("FLASHATTN_SM90_DROPOUT", "1")

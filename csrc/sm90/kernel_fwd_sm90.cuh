@@ -31,7 +31,8 @@ struct FwdMaps {
 // Compile-time shape of one kernel: head dims, tile, ring depth, consumer schedule, and
 // kExpFma: every kExpFma-th 8-key column block of P takes its exponentials on the FMA units
 // (exp2_fma), the rest on the SFU; 0: all on the SFU. kChains: independent partial max / sum
-// chains per row in the softmax (1: one serial chain of kBN / 4 dependent ops per row).
+// chains per row in the softmax (1: one serial chain of kBN / 4 dependent ops per row; 4
+// measured the same, within 1-2%, interleaved and cold: benchmarks/NOTES.md 2026-12-02).
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
           int kChains_ = 4>
 struct FwdConfig {
@@ -163,28 +164,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (p.is_varlen) tma_load_3d(dst, map, bar, col, row, head);
         else tma_load_4d(dst, map, bar, col, row, head, tb);
       };
-      if (q_count > 0) mbar_wait(q_empty, (q_count - 1) & 1);  // the last tile's S are done
-      mbar_arrive_expect_tx(q_full, Cfg::kQBytes);
-#pragma unroll
-      for (int c = 0; c < kD / 64; ++c)
-        load(smem + c * Cfg::kQChunk, &maps.q, q_full, c * 64, q_row, ti.h);
-      ++q_count;
-      for (int it = 0; it < ti.n_iters; ++it, ++kv_count) {
-        const int stage = kv_count % kStages, use = kv_count / kStages;
-        const int n0 = (ti.kbl.hi - 1 - it) * kBN;
-        uint8_t* sk = smem + Cfg::kSmemK + stage * Cfg::kKBytes;
-        uint8_t* sv = smem + Cfg::kSmemV + stage * Cfg::kVBytes;
-        if (use > 0) mbar_wait(k_empty + stage, (use - 1) & 1);
-        mbar_arrive_expect_tx(k_full + stage, Cfg::kKBytes);
+      auto load_q = [&] {
+        if (q_count > 0) mbar_wait(q_empty, (q_count - 1) & 1);  // the last tile's S are done
+        mbar_arrive_expect_tx(q_full, Cfg::kQBytes);
 #pragma unroll
         for (int c = 0; c < kD / 64; ++c)
-          load(sk + c * Cfg::kKVChunk, &maps.k, k_full + stage, c * 64, k_row + n0, ti.hk);
-        if (use > 0) mbar_wait(v_empty + stage, (use - 1) & 1);
-        mbar_arrive_expect_tx(v_full + stage, Cfg::kVBytes);
+          load(smem + c * Cfg::kQChunk, &maps.q, q_full, c * 64, q_row, ti.h);
+        ++q_count;
+      };
+      // K or V of the tile's iteration it, into ring slot kv_count + it once it is free.
+      auto load_kv = [&](bool is_k, int it) {
+        const int slot = kv_count + it, stage = slot % kStages, use = slot / kStages;
+        const int n0 = (ti.kbl.hi - 1 - it) * kBN;
+        uint64_t* full = (is_k ? k_full : v_full) + stage;
+        if (use > 0) mbar_wait((is_k ? k_empty : v_empty) + stage, (use - 1) & 1);
+        mbar_arrive_expect_tx(full, is_k ? Cfg::kKBytes : Cfg::kVBytes);
+        uint8_t* dst = smem + (is_k ? Cfg::kSmemK + stage * Cfg::kKBytes
+                                    : Cfg::kSmemV + stage * Cfg::kVBytes);
 #pragma unroll
-        for (int c = 0; c < kDv / 64; ++c)
-          load(sv + c * Cfg::kKVChunk, &maps.v, v_full + stage, c * 64, k_row + n0, ti.hk);
+        for (int c = 0; c < (is_k ? kD : kDv) / 64; ++c)
+          load(dst + c * Cfg::kKVChunk, is_k ? &maps.k : &maps.v, full, c * 64, k_row + n0,
+               ti.hk);
+      };
+      // K_0, Q, then (K_j+1, V_j), then the last V: the order the overlapped consumers take
+      // them in (FA3's). The former K_j, V_j order measured the same (NOTES.md, 2026-12-02).
+      load_kv(true, 0);
+      load_q();
+      for (int it = 1; it < ti.n_iters; ++it) {
+        load_kv(true, it);
+        load_kv(false, it - 1);
       }
+      load_kv(false, ti.n_iters - 1);
+      kv_count += ti.n_iters;
     }
     return;
   }

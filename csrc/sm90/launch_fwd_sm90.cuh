@@ -71,11 +71,11 @@ inline bool strides_ok(int64_t a, int64_t b, int64_t c, int64_t m) {
 // sm80, or raises this reason under FLASHATTN_FORCE_BACKEND=sm90. Windows come as the API
 // passes them (a side >= seqlen_k as -1). Device checks (compute capability 9.0, shared
 // memory, head dims built) are the caller's: dispatch_fwd_sm90.cu.
-// The sm90 dropout forward (written 2026-12-02 after that session's GPU time): off unless
-// FLASHATTN_SM90_DROPOUT=1, until a GPU run has its tests pass (read per call: tests switch it).
+// The sm90 dropout forward: on (its forced-sm90 tests passed on the H200, 2026-12-02, fourth
+// session); FLASHATTN_SM90_DROPOUT=0 sends dropout calls to the sm80 kernels (read per call).
 inline bool sm90_dropout_enabled() {
   const char* env = std::getenv("FLASHATTN_SM90_DROPOUT");
-  return env != nullptr && env[0] == '1' && env[1] == '\0';
+  return !(env != nullptr && env[0] == '0' && env[1] == '\0');
 }
 
 inline const char* fwd_unsupported(const FwdParams& p) {
@@ -83,8 +83,8 @@ inline const char* fwd_unsupported(const FwdParams& p) {
     return "dtype (it takes float16 and bfloat16)";
   if (p.kv_num_blocks != nullptr) return "a block mask (not yet: the sm80 kernels run it)";
   if (p.dropout_threshold > 0 && !sm90_dropout_enabled())
-    return "dropout (the sm90 dropout forward is off until a GPU run verifies it: "
-           "FLASHATTN_SM90_DROPOUT=1 turns it on; the sm80 kernels run dropout)";
+    return "dropout (FLASHATTN_SM90_DROPOUT=0 turns the sm90 dropout forward off; the sm80 "
+           "kernels run dropout)";
   if (fwd_variant(p.headdim, p.headdim_v) < 0)
     return "head dim (it takes qk and v head dims that are multiples of 8, up to 256)";
   if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0) return "nheads not a multiple of nheads_k";

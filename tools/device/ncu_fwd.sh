@@ -10,7 +10,7 @@ f="$OUT/ncu_fwd_d$1_N$2_c$3.log"; : > "$f"
 SEC="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
   --section SchedulerStats --section LaunchStats --section Occupancy \
   --section MemoryWorkloadAnalysis_Tables --section InstructionStats"
-export PYTHONPATH=$PWD
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 for impl in ${IMPLS:-ours sdpa}; do
   case $impl in  # the attention kernel's name: ours fwd_kernel_sm90 / _sm80, the peers' own
     ours) re="fwd_kernel" ;; sdpa) re="flash_fwd_kernel" ;; cudnn) re="sdpa|fprop|fmha|cudnn" ;;

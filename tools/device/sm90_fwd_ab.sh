@@ -2,7 +2,8 @@
 # One H200 call for the sm90 forward: the self-tests (one per head dim 64 / 128 / 256: every
 # candidate tile against float64, then timed beside sm80; SELFTEST_DIMS picks) built beside
 # the package (machine's own environment), then the
-# package's sm90 tests and the sanitizers on the sm90 cases. Stashes FA4's first half when
+# package's sm90 tests and the sanitizers on the sm90 cases (SKIP_PKG=1: the self-tests alone;
+# SELFTEST_ARGS, e.g. --cold, times them with inputs rotated past the L2 as the benchmark does). Stashes FA4's first half when
 # carried (.peers/a) so that a benchmark call can follow at once. Summary last.
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -19,15 +20,18 @@ t0=$(date +%s)
   for D in ${SELFTEST_DIMS:-64 128 256}; do
     nvcc /tmp/st/main$D.o /tmp/st/*sm80*.o -o /tmp/st/selftest_fwd_sm90_d$D; done ) > "$OUT/selftest_build.log" 2>&1 &
 st_pid=$!
-rm -f flashattn/_C*.so
-MAX_JOBS=16 python3 -m pip install --no-build-isolation --no-deps -v -e . > "$OUT/build.log" 2>&1
-echo "== build rc=$? ($(( $(date +%s) - t0 )) s, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST-<unset>})"
+if [ -z "${SKIP_PKG:-}" ]; then  # SKIP_PKG=1: the self-tests alone (no package build, tests, sanitizers)
+  rm -f flashattn/_C*.so
+  MAX_JOBS=16 python3 -m pip install --no-build-isolation --no-deps -v -e . > "$OUT/build.log" 2>&1
+  echo "== build rc=$? ($(( $(date +%s) - t0 )) s, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST-<unset>})"
+fi
 wait $st_pid; echo "== selftest build rc=$?"; tail -n 5 "$OUT/selftest_build.log"
 for D in ${SELFTEST_DIMS:-64 128 256}; do
   grep -E "spill" "$OUT/selftest_ptxas$D.log" | sort | uniq -c
   /tmp/st/selftest_fwd_sm90_d$D ${SELFTEST_ARGS:-} > "$OUT/selftest_d$D.log" 2>&1; echo "== selftest d$D rc=$?"
   grep -E "FAIL|failed" "$OUT/selftest_d$D.log" | head -20; tail -n 14 "$OUT/selftest_d$D.log"
 done
+[ -n "${SKIP_PKG:-}" ] && { echo "== total $(( $(date +%s) - t0 )) s"; exit 0; }
 for force in ${TEST_FORCE:-auto sm90}; do
   t1=$(date +%s)
   FLASHATTN_FORCE_BACKEND=$force FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$PWD python3 -m pytest -q -rfEs \
