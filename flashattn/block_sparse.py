@@ -103,7 +103,14 @@ def block_sparse_attn_func(
     let it (a kept tile is still masked inside by them). A row whose tiles are all dropped
     gets out = 0 and softmax_lse = -inf (the sink with learnable_sink). Varlen twin:
     block_sparse_attn_varlen_func. CPU tensors only for now: on CUDA it raises RuntimeError
-    (issue 16).
+    (issue 16) unless FLASHATTN_CUDA_BLOCK_SPARSE=1.
+
+    A dropped block is never read (its K / V may be anything, NaN included) when its block
+    size is a multiple of the kernel tile on both axes: on CUDA block_m a multiple of 128 and
+    block_n of 128 (64 for head dims above 128), so (128, 128) always nests. Smaller blocks are
+    masked inside the kernel tile that holds them: the K / V of a dropped block sharing a tile
+    with a kept one are loaded, so they must be finite (P = 0 times NaN is NaN). The CPU reads
+    only kept blocks, at any block size.
 
     Arguments: those of flash_attn_func, plus
         block_mask: a dense bool tensor (batch or 1, nheads or 1, ceil(seqlen_q / block_m),
@@ -163,10 +170,15 @@ def block_sparse_attn_varlen_func(
     """block_sparse_attn_func for flash_attn_varlen_func's layout: the tiles of each sequence
     (its query row 0 and key 0 start its blocks), block_mask (batch or 1, nheads or 1,
     ceil(max_seqlen_q / block_m), ceil(max_seqlen_k / block_n)) in either form; no
-    block_table. CPU tensors only for now (on CUDA it raises RuntimeError, issue 16)."""
+    block_table. CPU tensors only for now (on CUDA it raises RuntimeError, issue 16, unless
+    FLASHATTN_CUDA_BLOCK_SPARSE=1). A sequence longer than max_seqlen_q / k (wrong metadata)
+    keeps nothing past the mask's blocks: those rows get out 0, lse -inf (the sink) and dq 0,
+    those keys dk = dv = 0."""
     bm, bn = _block_size(block_size)
-    sq = torch.sym_min(max_seqlen_q, q.shape[0])  # the op clamps the hints to the row counts
-    sk = torch.sym_min(max_seqlen_k, k.shape[0])
+    # The op clamps the hints to the row counts. Built-in min: dynamo makes it sym_min on
+    # SymInts and folds it on ints (torch.sym_min of two ints breaks torch 2.11's fullgraph).
+    sq = min(max_seqlen_q, q.shape[0])
+    sk = min(max_seqlen_k, k.shape[0])
     dense = _dense_block_mask(block_mask, q, cu_seqlens_q.shape[0] - 1, q.shape[1], sq, sk,
                               bm, bn)
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,

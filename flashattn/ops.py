@@ -84,7 +84,8 @@ def _make_grads_fake(op):
 def _attn_probs_fake(q, k, v, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, *options, **kw_options):
     # S (B, H, round128(Sq), round128(Sk)) in q's dtype; varlen: the max_seqlen hints clamped
-    # to the row counts, as the op does.
+    # to the row counts, as the op does (torch.sym_min: a fake kernel runs under fake tensors,
+    # not dynamo, and min() there would guard on the comparison).
     if cu_seqlens_q is None:
         batch, sq, nheads, sk = q.shape[0], q.shape[1], q.shape[2], k.shape[1]
     else:

@@ -210,19 +210,25 @@ def test_dropped_rows(device, sink):
 @pytest.mark.parametrize("device", DEVICES)
 def test_dropped_tiles_are_not_read(device):
     """NaN keys and values in a key block no query block keeps change nothing: the kernels
-    skip dropped tiles (masking them would still multiply the NaN); their dk / dv are 0."""
-    q, k, v = _inputs(device, sk=192)
-    mask = make_mask("half", (2, 4, 3, 3), device)
+    skip dropped blocks (masking them would still multiply the NaN); their dk / dv are 0.
+    Guaranteed where the blocks cover whole kernel tiles (README): the CPU at any block size;
+    CUDA (d 32) at multiples of its sm80 tiles, forward 128 x 128, backward 128 x 128 or
+    64 x 128 (tile_fwd_sm80.h, tile_bwd_sm80.h). Smaller ones are masked inside the tile."""
+    bs = (64, 64) if device == "cpu" else (128, 128)
+    nq = (150 + bs[0] - 1) // bs[0]
+    q, k, v = _inputs(device, sk=3 * bs[1])
+    mask = make_mask("half", (2, 4, nq, 3), device)
     mask[..., 1] = False
     mask[..., 0] = True
+    dropped = slice(bs[1], 2 * bs[1])
     kn, vn = k.clone(), v.clone()
-    kn[:, 64:128], vn[:, 64:128] = float("nan"), float("nan")
+    kn[:, dropped], vn[:, dropped] = float("nan"), float("nan")
     q, k, v, kn, vn = (t.requires_grad_() for t in (q, k, v, kn, vn))
-    want = flashattn.block_sparse_attn_func(q, k, v, mask, (64, 64))
-    got = flashattn.block_sparse_attn_func(q, kn, vn, mask, (64, 64))
+    want = flashattn.block_sparse_attn_func(q, k, v, mask, bs)
+    got = flashattn.block_sparse_attn_func(q, kn, vn, mask, bs)
     assert torch.equal(got, want)
     dq, dk, dv = torch.autograd.grad(got.sum(), (q, kn, vn))
-    assert torch.isfinite(dq).all() and (dk[:, 64:128] == 0).all() and (dv[:, 64:128] == 0).all()
+    assert torch.isfinite(dq).all() and (dk[:, dropped] == 0).all() and (dv[:, dropped] == 0).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -471,20 +477,35 @@ def test_block_sparse_varlen(device, c, seed):
                      ref["dsink"].abs().max().item())
 
 
+@pytest.mark.parametrize("bs", [(64, 64), (96, 80), (256, 256)], ids=lambda b: "%dx%d" % b)
 @pytest.mark.parametrize("device", DEVICES)
-def test_varlen_wrong_max_seqlen(device):
-    """max_seqlen_q / k below the real lengths (wrong metadata): blocks past the mask keep
-    nothing; no out-of-bounds access, finite results both ways."""
+def test_varlen_wrong_max_seqlen(device, bs):
+    """max_seqlen_q / k (64) below the real lengths (wrong metadata): the mask's blocks cover
+    rows [0, eq) and keys [0, ek) of each sequence (eq, ek >= 64; 256: past a kernel tile) and
+    the rest keeps nothing (out 0, dq / dk / dv 0); no out-of-bounds access, finite results."""
     lens_q, lens_k = [130, 70], [150, 20]
     cu_q, cu_k = _cu(lens_q, device), _cu(lens_k, device)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     q = rand([200, 2, 32], dtype, device).requires_grad_()
     k, v = (rand([170, 2, 32], dtype, device).requires_grad_() for _ in range(2))
     mask = torch.ones(2, 2, 1, 1, dtype=torch.bool, device=device)
-    out = flashattn.block_sparse_attn_varlen_func(q, k, v, cu_q, cu_k, 64, 64, mask, (64, 64))
-    assert torch.isfinite(out).all() and (out[64:130] == 0).all()
-    grads = torch.autograd.grad(out.sum(), (q, k, v))
-    assert all(torch.isfinite(g).all() for g in grads)
+    out = flashattn.block_sparse_attn_varlen_func(q, k, v, cu_q, cu_k, 64, 64, mask, bs)
+    eq, ek = bs  # one block each: ceil(64 / b) = 1
+
+    def rows(lens, lo, hi):  # rows [lo, hi) of each sequence (clamped to its length)
+        starts = [sum(lens[:i]) for i in range(len(lens))]
+        return torch.tensor([c + i for c, n in zip(starts, lens) for i in range(lo, min(hi, n))],
+                            dtype=torch.long)
+
+    past_q, within_q = rows(lens_q, eq, 1 << 30), rows(lens_q, 0, eq)
+    past_k, within_k = rows(lens_k, ek, 1 << 30), rows(lens_k, 0, ek)
+    assert torch.isfinite(out).all() and (out[past_q] == 0).all()
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert all(torch.isfinite(g).all() for g in (dq, dk, dv))
+    assert (dq[past_q] == 0).all() and (dk[past_k] == 0).all() and (dv[past_k] == 0).all()
+    # The rows and keys inside the mask are computed, not left out (nonzero on random data).
+    assert all((t.abs().sum(-1) > 0).all() for t in (out[within_q], dq[within_q],
+                                                    dk[within_k], dv[within_k]))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -33,6 +33,17 @@ __device__ __forceinline__ int warp_append(bool keep, int value, int* list, int 
   return cnt + __popc(ballot);
 }
 
+// Columns [0, cols) of rows [r0, r1) of a 16-bit tensor set to +0 (fp16 and bf16 alike), a
+// warp per row (all threads call): varlen rows / keys past the mask that the grid leaves out.
+__device__ __forceinline__ void zero_rows_16bit(void* row0, int64_t row_stride, int64_t r0,
+                                                int64_t r1, int cols, int warp, int n_warps,
+                                                int lane) {
+  for (int64_t r = r0 + warp; r < r1; r += n_warps) {
+    uint16_t* row = static_cast<uint16_t*>(row0) + r * row_stride;
+    for (int c = lane; c < cols; c += 32) row[c] = 0;
+  }
+}
+
 struct SparseAxes {
   const int* num;       // entries per mask block of the own axis
   const int* idx;       // their mask blocks of the other axis

@@ -58,6 +58,23 @@ FLASHATTN_HOST_DEVICE SeqInfo seq_info(const FwdParams& p, int b) {
   return s;
 }
 
+// Block-sparse varlen (params.h): the mask covers each sequence's first n_blocks * block rows
+// (at least max_seqlen); a sequence longer than that (wrong metadata) keeps nothing past it.
+// The CUDA grids span these extents rather than max_seqlen. Otherwise seqlen, unchanged.
+FLASHATTN_HOST_DEVICE int32_t mask_extent(int32_t seqlen, int32_t n_blocks, int32_t block,
+                                          bool sparse_varlen) {
+  const int64_t e = int64_t(n_blocks) * block;
+  if (!sparse_varlen || e <= seqlen) return seqlen;
+  return e > int64_t(0x7fffffff) ? 0x7fffffff : static_cast<int32_t>(e);
+}
+// The query rows / keys of that extent; sparse: the direction's block mask is given.
+FLASHATTN_HOST_DEVICE int32_t mask_rows_q(const FwdParams& p, bool sparse) {
+  return mask_extent(p.seqlen_q, p.n_qblocks, p.block_m, sparse && p.is_varlen);
+}
+FLASHATTN_HOST_DEVICE int32_t mask_rows_k(const FwdParams& p, bool sparse) {
+  return mask_extent(p.seqlen_k, p.n_kblocks, p.block_n, sparse && p.is_varlen);
+}
+
 // Paged KV: the page holding logical key row r of sequence b (clamped into the pool).
 FLASHATTN_HOST_DEVICE int64_t page_of(const FwdParams& p, int b, int64_t r) {
   const int64_t slot = clamp_i64(r / p.page_size, 0, p.max_pages_per_seq - 1);

@@ -38,10 +38,13 @@ namespace bwd_detail {
 
 // Sequence extents clamped to the max lengths the grid (and the semaphore arrays) were
 // sized by: wrong varlen metadata gives wrong numbers, never an out-of-range index.
+// Block-sparse varlen: to the mask's extents (seqlen.h), past which nothing is kept.
 __device__ __forceinline__ SeqInfo seq_info_clamped(const BwdParams& p, int b) {
   SeqInfo s = seq_info(p, b);
-  s.seqlen_q = s.seqlen_q < p.seqlen_q ? s.seqlen_q : p.seqlen_q;
-  s.seqlen_k = s.seqlen_k < p.seqlen_k ? s.seqlen_k : p.seqlen_k;
+  const bool sparse = p.q_num_blocks != nullptr;
+  const int32_t max_q = mask_rows_q(p, sparse), max_k = mask_rows_k(p, sparse);
+  s.seqlen_q = s.seqlen_q < max_q ? s.seqlen_q : max_q;
+  s.seqlen_k = s.seqlen_k < max_k ? s.seqlen_k : max_k;
   return s;
 }
 // First row of sequence b in the (total, heads, dim) accumulators.

@@ -772,6 +772,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
               args.pair_out, lane);
     store_acc(acc_dv, dv_g, p.dv_row_stride, row0, col0, sk - n0, p.headdim_v, 1.f,
               args.pair_out, lane);
+    // Block-sparse varlen: a sequence's keys past the mask's (max_seqlen_k below its length)
+    // are kept by no query block: dK = dV = 0, from the last CTA (GQA: the zeroed accumulators).
+    if (Is_sparse && p.is_varlen && n_block == int(gridDim.x) - 1) {
+      const int real_k = seq_info(p, b).seqlen_k, nw = Tile::kNWarps;
+      zero_rows_16bit(dk_g, p.dk_row_stride, sk - n0, real_k - n0, p.headdim, warp, nw, lane);
+      zero_rows_16bit(dv_g, p.dv_row_stride, sk - n0, real_k - n0, p.headdim_v, warp, nw, lane);
+    }
     return;
   }
   if (m_len == 0) return;  // nothing to add

@@ -571,6 +571,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
       }
     }
   }
+
+  // Block-sparse varlen: the grid spans the mask's rows (launch_fwd_sm80.cuh), so a sequence's
+  // rows past it (max_seqlen_q below its length) lie past the mask and keep nothing: out 0,
+  // lse -inf (the sink with one), written by the last query block's CTA, a warp per row.
+  if constexpr (Is_sparse) {
+    const int64_t tail0 = int64_t(gridDim.x) * kBlockM;
+    if (p.is_varlen && m_block == int(gridDim.x) - 1 && tail0 < seq.seqlen_q) {
+      const float tail_lse = finish_row(0.f, 0.f, has_sink, sink, 1.f).lse;
+      float* lse_seq = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0;
+      for (int64_t r = tail0 + tid; r < seq.seqlen_q; r += Traits::kNThreads) lse_seq[r] = tail_lse;
+      zero_rows_16bit(o - m0 * p.o_row_stride, p.o_row_stride, tail0, seq.seqlen_q, p.headdim_v,
+                      warp, kNWarps, lane);
+    }
+  }
 }
 
 }  // namespace flashattn::sm80

@@ -56,8 +56,11 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
   // Varlen with max_seqlen 0: no sequence has rows; only the conversions run (zeros).
   const bool empty = p.seqlen_q == 0 || p.seqlen_k == 0;
   // This tile's key blocks (the grid); the semaphore arrays must hold at least its blocks.
-  const int n_blocks = (p.seqlen_k + Tile::kBlockN - 1) / Tile::kBlockN;
-  if (ws.n_blocks < n_blocks || ws.m_blocks < (p.seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM)
+  // Extents: max_seqlen, or a block-sparse varlen mask's rows (seqlen.h).
+  const bool sparse = p.q_num_blocks != nullptr;
+  const int rows_q = mask_rows_q(p, sparse), rows_k = mask_rows_k(p, sparse);
+  const int n_blocks = (rows_k + Tile::kBlockN - 1) / Tile::kBlockN;
+  if (ws.n_blocks < n_blocks || ws.m_blocks < (rows_q + Tile::kBlockM - 1) / Tile::kBlockM)
     throw std::runtime_error("flashattn sm80 bwd: workspace laid out for larger blocks");
 
   BwdArgs args{};
@@ -101,7 +104,7 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
 
   // (1) D = rowsum(dO * O).
   if (!empty) {
-    dim3 grid((p.seqlen_q + 31) / 32, p.nheads, p.batch);
+    dim3 grid((rows_q + 31) / 32, p.nheads, p.batch);
     bwd_preprocess_kernel<kHeadDim, Element><<<grid, 256, 0, stream>>>(args);
     FLASHATTN_LAUNCH_CHECK();
   }

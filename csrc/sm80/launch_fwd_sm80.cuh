@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -71,7 +72,12 @@ void launch_fwd_sparse(const FwdParams& p, bool vec_ok, bool even_k, dim3 grid,
 
 template <typename Traits>
 void launch_fwd_variants(const FwdParams& p, cudaStream_t stream, int heavy_min_seqlen = 0) {
-  const int64_t m_blocks = (int64_t(p.seqlen_q) + Traits::kBlockM - 1) / Traits::kBlockM;
+  // Block-sparse varlen: the mask's rows (seqlen.h), at least one block, whose last CTA
+  // zeroes a sequence's rows past the grid (fwd_kernel_sm80).
+  const bool sparse_varlen = p.kv_num_blocks != nullptr && p.is_varlen;
+  const int64_t rows = mask_rows_q(p, p.kv_num_blocks != nullptr);
+  const int64_t m_blocks =
+      std::max<int64_t>(sparse_varlen ? 1 : 0, (rows + Traits::kBlockM - 1) / Traits::kBlockM);
   check_grid_heads_batch(p.nheads, p.batch, "flashattn sm80 fwd");
   if (m_blocks > 0x7fffffff) throw std::runtime_error("flashattn sm80 fwd: seqlen_q too large");
   const dim3 grid(static_cast<unsigned>(m_blocks), p.nheads, p.batch);
@@ -122,7 +128,9 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
                              std::to_string(kHeadDim));
   if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0)
     throw std::runtime_error("flashattn sm80 fwd: nheads must be a multiple of nheads_k");
-  if (p.seqlen_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
+  // Block-sparse varlen with max_seqlen_q 0 still runs: its rows keep nothing (zeroed).
+  const bool sparse_varlen = p.kv_num_blocks != nullptr && p.is_varlen;
+  if ((p.seqlen_q <= 0 && !sparse_varlen) || p.batch <= 0 || p.nheads <= 0) return;
   // The smaller tile where the GPU's (or FLASHATTN_SMEM_LIMIT's) smem is below the primary's.
   constexpr bool kHasSmall = SmallTraits::kSmemBytes < Traits::kSmemBytes;
   constexpr int kNeed = kHasSmall ? SmallTraits::kSmemBytes : Traits::kSmemBytes;

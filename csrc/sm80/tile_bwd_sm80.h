@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include "../common/params.h"
+#include "../common/seqlen.h"
 #include "../common/tile_policy.h"
 
 namespace flashattn::sm80 {
@@ -129,8 +130,10 @@ struct BwdWorkspaceLayout {
 // Sized for query / key blocks of bm / bn rows (the bucket's: the overload below).
 inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p, int bucket, int bm, int bn) {
   BwdWorkspaceLayout w;
-  w.m_blocks = (p.seqlen_q + bm - 1) / bm;
-  w.n_blocks = (p.seqlen_k + bn - 1) / bn;
+  // The grid's extents: max_seqlen, or a block-sparse varlen mask's rows (seqlen.h).
+  const bool sparse = p.q_num_blocks != nullptr;
+  w.m_blocks = (mask_rows_q(p, sparse) + bm - 1) / bm;
+  w.n_blocks = (mask_rows_k(p, sparse) + bn - 1) / bn;
   const bool gqa = p.nheads != p.nheads_k;
   w.f32_elems = p.total_q * p.nheads * bucket;
   if (gqa) {
