@@ -21,6 +21,7 @@
 #include "../common/seqlen.h"
 #include "primitives_sm90.cuh"
 #include "tile_fwd_sm90.h"
+#include "tile_order_sm90.h"
 
 namespace flashattn::sm90 {
 
@@ -98,16 +99,8 @@ __device__ __forceinline__ FwdTileInfo fwd_tile_info(const FwdParams& p, int til
   t.n_iters = t.kbl.hi - t.kbl.lo;
   return t;
 }
-// The k-th tile of CTA `cta` (of `ctas`), -1 past the end: a snake over the list (rounds
-// alternate direction), so the CTA that takes a round's longest tile takes the next round's
-// shortest and causal work evens out.
-__device__ __forceinline__ int fwd_tile_of(int k, int cta, int ctas, int num_tiles) {
-  const int64_t pos = int64_t(k) * ctas + (k % 2 == 0 ? cta : ctas - 1 - cta);
-  return pos < num_tiles ? static_cast<int>(pos) : -1;
-}
-
-// Persistent: CTA i takes tiles fwd_tile_of(0, i), fwd_tile_of(1, i), ... (grid = SM count;
-// or one tile per CTA). Has_score_mod: softcap and / or ALiBi (or a scale <= 0): S is turned
+// Persistent: CTA i takes tiles fwd_tile_of(0, i), fwd_tile_of(1, i), ... dealt by `deal`
+// (tile_order_sm90.h; grid = SM count; or one tile per CTA). Has_score_mod: softcap and / or ALiBi (or a scale <= 0): S is turned
 // into natural-log units (common/score_mod.h) before the softmax, else the raw q.k feeds exp2
 // with the folded scale. The producer runs ahead into the next tile (its Q once the consumers'
 // last S is done, its K / V as stages free up), so loads overlap the epilogue. The K / V ring
@@ -117,7 +110,7 @@ __device__ __forceinline__ int fwd_tile_of(int k, int cta, int ctas, int num_til
 template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
-                    int group) {
+                    int group, int deal) {
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kD = Cfg::kD, kDv = Cfg::kDv;
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
@@ -152,8 +145,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (t != 0) return;
     int kv_count = 0, q_count = 0;  // K / V iterations and Q loads so far
     for (int k = 0;; ++k) {
-      const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles);
-      if (tile < 0) break;
+      const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
+      if (tile == kNoTile) break;
+      if (tile == kSkipTile) continue;
       const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
       if (ti.n_iters == 0) continue;
       const int tb = p.is_varlen ? 0 : ti.b;  // TMA rows: q_row0 / k_row0 + r
@@ -213,8 +207,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
   int kv_base = 0, q_count = 0;  // as the producer counts them
   for (int k = 0;; ++k) {
-    const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles);
-    if (tile < 0) break;
+    const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
+    if (tile == kNoTile) break;
+    if (tile == kSkipTile) continue;
     const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
     if (ti.m0 >= ti.si.seqlen_q) continue;  // varlen: past this sequence
     const int n_iters = ti.n_iters;

@@ -108,11 +108,13 @@ inline const char* fwd_unsupported(const FwdParams& p) {
 }
 
 // Launch geometry: max_ctas bounds the grid (a persistent one when below the tile count),
-// group is the (head, sequence) pairs per group of the tile order (kernel_fwd_sm90.cuh); 0 =
-// the package's choice (below). The self-test times the alternatives.
+// group is the (head, sequence) pairs per group of the tile order (kernel_fwd_sm90.cuh), deal
+// how a persistent grid deals the tiles (tile_order_sm90.h); 0 / 0 / -1 = the package's choice
+// (below). The self-test times the alternatives.
 struct FwdGrid {
   int64_t max_ctas = 0;
   int group = 0;
+  int deal = -1;
 };
 
 // One launch of the kernel of a given shape (the self-test times several).
@@ -143,23 +145,27 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
                                         Cfg::kBN)};
   const int64_t tiles = (p.seqlen_q + Cfg::kBM - 1) / Cfg::kBM * p.nheads * p.batch;
   if (tiles > INT32_MAX) throw std::runtime_error("flashattn sm90 fwd: 2^31 tiles or more");
-  // Causal / window: one CTA per tile, the hardware's block scheduler evening out the unequal
-  // tiles (a static persistent deal lost 10-45% at 8k-16k causal: package benchmark,
-  // benchmarks/NOTES.md). Otherwise persistent, one CTA per SM.
+  // Persistent, one CTA per SM (the next tile's Q and K load under a tile's epilogue: +5-20%
+  // over one CTA per tile for causal at N <= 4k, self-test, interleaved and cold). Causal /
+  // window tiles differ in length, so they go out in pairs of near-constant cost: the snake
+  // (for equal tiles) left 1.2-1.8x the ideal makespan on the slowest CTA at 8k-16k, as a
+  // schedule model predicted (benchmarks/NOTES.md, 2026-12-02).
   const bool local = p.window_left >= 0 || p.window_right >= 0;
-  const int64_t max_ctas = g.max_ctas > 0   ? g.max_ctas
-                           : local          ? tiles
-                                            : current_device_attribute(cudaDevAttrMultiProcessorCount);
+  const int64_t max_ctas =
+      g.max_ctas > 0 ? g.max_ctas : current_device_attribute(cudaDevAttrMultiProcessorCount);
   auto kernel = fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout>;
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
   const unsigned grid = static_cast<unsigned>(tiles < max_ctas ? tiles : max_ctas);
+  const int deal = g.deal >= 0 ? g.deal : local && grid < tiles ? kDealPairs : kDealSnake;
   // One (head, sequence) pair per group of the tile order: a head's query blocks run together
   // and its K / V stay in L2 (with groups of 3 at d128 16k nc, 24 MB of K / V, the package
-  // benchmark gave 543 TFLOP/s, the one-head order 606 before: benchmarks/NOTES.md).
-  const int group = static_cast<int>(std::min<int64_t>(g.group > 0 ? g.group : 1,
-                                                       int64_t(p.nheads) * p.batch));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, group);
+  // benchmark gave 543 TFLOP/s, the one-head order 606 before: benchmarks/NOTES.md). The
+  // pair deal reads the list as groups of one.
+  const int group = deal == kDealPairs ? 1
+                                       : static_cast<int>(std::min<int64_t>(
+                                             g.group > 0 ? g.group : 1, int64_t(p.nheads) * p.batch));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, group, deal);
   FLASHATTN_LAUNCH_CHECK();
 }
 
