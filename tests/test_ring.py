@@ -29,8 +29,8 @@ from flashattn.distributed import (
     zigzag_gather,
     zigzag_shard,
 )
-from flashattn.distributed.ring import (_position_calls, _step_calls, _step_pair, _unshard,
-                                        _VarlenRows)
+from flashattn.distributed.layout import _unshard
+from flashattn.distributed.ring import _position_calls, _step_calls, _step_pair, _VarlenRows
 from flashattn.interface import _rng_state
 from helpers import assert_close, check_results, rand
 from reference import (attention_ref, dropout_keep_ref, dropout_threshold_ref, ref_and_lowp,

@@ -19,167 +19,23 @@ rank computes about 2W - 1 times as much as rank 0 and the ring waits for it at 
 Zigzag pairs an early chunk with a late one: at every step after the first, each rank computes
 exactly half of a (local query x local key) block, at the first its causal diagonal, so the
 ranks stay in step. Without a mask both layouts do the same work. zigzag_shard / plain_shard
-lay out full tensors, zigzag_gather / plain_gather collect local results back. The varlen twin,
-ring_flash_attn_varlen_func, lays out every sequence of a packed batch so.
+lay out full tensors, zigzag_gather / plain_gather collect local results back (layout.py). The
+varlen twin, ring_flash_attn_varlen_func, lays out every sequence of a packed batch so. The
+partial results of the steps merge through merge.py.
 """
 import torch
 import torch.distributed as dist
 
 from ..interface import _options, _result, _rng_state
+from .merge import merge_attn_partials
 
-__all__ = [
-    "ring_flash_attn_func",
-    "ring_flash_attn_varlen_func",
-    "zigzag_shard",
-    "zigzag_gather",
-    "plain_shard",
-    "plain_gather",
-    "merge_attn_partials",
-]
+__all__ = ["ring_flash_attn_func", "ring_flash_attn_varlen_func"]
 
 LAYOUTS = ("zigzag", "plain")
 # Tags keep the K/V stream and the backward's dK/dV stream apart (gloo matches by tag; NCCL
 # ignores tags and matches by issue order, which is the same on every rank).
 _TAG_KV, _TAG_DKV = 0, 1
 
-
-# ---------------------------------------------------------------------------------------------
-# Layout helpers (data preparation: the varlen forms read cu_seqlens on the host).
-# ---------------------------------------------------------------------------------------------
-
-def _chunk_len(fn, n, what, rank, world_size, parts):
-    if world_size < 1:
-        raise ValueError(f"flashattn: {fn}: world_size must be >= 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"flashattn: {fn}: rank must be in [0, {world_size}), got {rank}")
-    if n % parts:
-        raise ValueError(
-            f"flashattn: {fn}: {what} = {n} must be divisible by {parts} "
-            f"({'2 * ' if fn.startswith('zigzag') else ''}world_size)")
-    return n // parts
-
-
-def _seq_bounds(cu_seqlens):
-    cu = [int(x) for x in cu_seqlens.tolist()]
-    return list(zip(cu, cu[1:]))
-
-
-def _shard(fn, zigzag, x, rank, world_size, dim, cu_seqlens):
-    parts = 2 * world_size if zigzag else world_size
-    if cu_seqlens is None:
-        bounds, what = [(0, x.shape[dim])], f"x.shape[{dim}]"
-    else:
-        bounds, what = _seq_bounds(cu_seqlens), "the length of sequence {} (cu_seqlens)"
-    pieces = []
-    for b, (start, end) in enumerate(bounds):
-        c = _chunk_len(fn, end - start, what.format(b), rank, world_size, parts)
-        chunks = [rank, 2 * world_size - 1 - rank] if zigzag else [rank]
-        pieces += [x.narrow(dim, start + i * c, c) for i in chunks]
-    return torch.cat(pieces, dim) if pieces else x.narrow(dim, 0, 0).contiguous()
-
-
-def zigzag_shard(x, rank, world_size, dim=1, cu_seqlens=None):
-    """Rank `rank`'s part of the full tensor `x` in the zigzag layout (a new contiguous tensor).
-
-    x.shape[dim] (the full sequence length S) is cut into 2 * world_size equal chunks; the
-    result is chunks rank and 2 * world_size - 1 - rank concatenated along `dim` (length
-    S / world_size). Varlen: with `cu_seqlens` (int32, the full sequences' boundaries along
-    `dim`, usually 0), every sequence is cut so and the parts concatenated in sequence order;
-    the local boundaries are then cu_seqlens // world_size. Raises ValueError if a length is
-    not divisible by 2 * world_size.
-    """
-    return _shard("zigzag_shard", True, x, rank, world_size, dim, cu_seqlens)
-
-
-def plain_shard(x, rank, world_size, dim=1, cu_seqlens=None):
-    """Rank `rank`'s part of the full tensor `x` in the plain (contiguous) layout: chunk `rank`
-    of world_size equal chunks along `dim` (a new contiguous tensor). Varlen: with `cu_seqlens`
-    every sequence is cut so (local boundaries cu_seqlens // world_size). Raises ValueError if
-    a length is not divisible by world_size."""
-    return _shard("plain_shard", False, x, rank, world_size, dim, cu_seqlens)
-
-
-def _unshard(pieces, zigzag, dim, cu_seqlens=None):
-    """The full tensor from every rank's part (in rank order); cu_seqlens: the local ones."""
-    if cu_seqlens is not None:
-        seqs = [_unshard([p.narrow(dim, a, b - a) for p in pieces], zigzag, dim)
-                for a, b in _seq_bounds(cu_seqlens)]
-        return torch.cat(seqs, dim) if seqs else pieces[0].narrow(dim, 0, 0).contiguous()
-    if not zigzag:
-        return torch.cat(pieces, dim)
-    halves = [p.chunk(2, dim) for p in pieces]
-    return torch.cat([h[0] for h in halves] + [h[1] for h in reversed(halves)], dim)
-
-
-def _all_gather(x, group):
-    x = x.contiguous()
-    pieces = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(pieces, x, group=group)
-    return pieces
-
-
-def zigzag_gather(x_local, group=None, dim=1, cu_seqlens=None):
-    """The full tensor on every rank of `group` (None: the default group) from each rank's
-    zigzag part `x_local`: the inverse of zigzag_shard (varlen: `cu_seqlens` are the LOCAL
-    boundaries, the same on every rank). A collective: every rank calls it with a tensor of
-    the same shape. Not differentiable."""
-    if cu_seqlens is None and x_local.shape[dim] % 2:
-        raise ValueError(f"flashattn: zigzag_gather: x_local.shape[{dim}] = "
-                         f"{x_local.shape[dim]} must be even (two chunks per rank)")
-    for b, (start, end) in enumerate(_seq_bounds(cu_seqlens) if cu_seqlens is not None else []):
-        if (end - start) % 2:
-            raise ValueError(f"flashattn: zigzag_gather: the local length of sequence {b} "
-                             f"(cu_seqlens) = {end - start} must be even (two chunks per rank)")
-    return _unshard(_all_gather(x_local, group), True, dim, cu_seqlens)
-
-
-def plain_gather(x_local, group=None, dim=1, cu_seqlens=None):
-    """The full tensor on every rank of `group` (None: the default group) from each rank's
-    plain-layout part `x_local`: the inverse of plain_shard (varlen: `cu_seqlens` are the LOCAL
-    boundaries). A collective: every rank calls it with a tensor of the same shape. Not
-    differentiable."""
-    return _unshard(_all_gather(x_local, group), False, dim, cu_seqlens)
-
-
-# ---------------------------------------------------------------------------------------------
-# Exact merge of partial attention results.
-# ---------------------------------------------------------------------------------------------
-
-def merge_attn_partials(outs, lses):
-    """Merge attention results over disjoint key sets into the result over their union.
-
-    outs: sequence of (batch, seqlen, nheads, headdim_v) tensors; lses: their softmax_lse,
-    (batch, nheads, seqlen); or the varlen shapes (total, nheads, headdim_v) and
-    (nheads, total). Returns (out, lse) in fp32, shaped as the inputs:
-        lse = logsumexp_i lse_i,   out = sum_i exp(lse_i - lse) * out_i.
-    Computed against the row maximum, so no exponent overflows; a row whose lse_i is -inf (no
-    visible key in that set) contributes nothing, even if its out_i holds garbage, and a row
-    that is -inf in every partial gives out 0 and lse -inf (never NaN).
-    """
-    if len(outs) != len(lses) or not outs:
-        raise ValueError(f"flashattn: merge_attn_partials: need as many outs as lses (at least "
-                         f"one), got {len(outs)} and {len(lses)}")
-    if lses[0].dim() == 2:  # varlen: a batch of one
-        out, lse = merge_attn_partials([o[None] for o in outs], [lse[None] for lse in lses])
-        return out[0], lse[0]
-    lses = [lse.float() for lse in lses]
-    m = lses[0]
-    for lse in lses[1:]:
-        m = torch.maximum(m, lse)
-    # All -inf: shift by 0 instead (exp(-inf - 0) = 0), not by -inf (-inf - -inf = NaN).
-    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
-    weights = [torch.exp(lse - m) for lse in lses]
-    total = weights[0]
-    for w in weights[1:]:
-        total = total + w
-    lse = m + torch.log(total)  # log(0) = -inf for a row no partial sees
-    inv = torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
-    out = None
-    for o, w in zip(outs, weights):
-        w = (w * inv).transpose(1, 2).unsqueeze(-1)  # (B, H, S) -> (B, S, H, 1)
-        term = torch.where(w > 0, w * o.float(), torch.zeros((), device=o.device))
-        out = term if out is None else out + term
-    return out, lse
 
 
 # ---------------------------------------------------------------------------------------------
