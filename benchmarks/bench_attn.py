@@ -66,6 +66,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--decode", action="store_true",
                         help="also the decode grid (flashattn/bench_decode.py, issue 13): TB/s "
                              "of the KV cache read, contiguous and paged")
+    parser.add_argument("--sparse", action="store_true",
+                        help="also the block-sparse grid (flashattn/bench_sparse.py, issue 16): "
+                             "ours against FlexAttention with the same block mask, and dense")
     parser.add_argument("--memory", action="store_true",
                         help="peak extra memory of fwd+bwd, B=1 H=16 d=128, N in 4k/16k/64k")
     return parser.parse_args()
@@ -181,7 +184,7 @@ def missing_peers(required: list, impls: list, device: torch.device,
 
 def silent_peers(required: list, result: dict) -> list:
     """The required peers without a number in any row (timing or memory) of the result."""
-    rows = result["rows"] + result.get("memory", [])
+    rows = result["rows"] + result.get("memory", []) + result.get("sparse", [])
     return [name for name in dict.fromkeys(required)
             if not any(row.get(name) is not None for row in rows)]
 
@@ -238,6 +241,13 @@ def main() -> None:
             result["decode_step"] = bench_decode.graph_step_rows(device, timing)
         else:
             print("--decode needs a CUDA device; skipped", file=sys.stderr)
+    if args.sparse:
+        from flashattn import bench_sparse
+        timing = bench.Timing(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+        cells = (bench_sparse.grid(dtype, args.tokens, args.hidden) if device.type == "cuda"
+                 else bench_sparse.grid(dtype, args.tokens, args.hidden, ns=(1024, 2048),
+                                        ds=(64,)))  # the CPU: a small grid
+        result["sparse"] = bench_sparse.run_grid(device, timing, cells=cells)
     if args.memory:
         if device.type == "cuda":
             result["memory"] = memory_rows(impls, dtype, device)

@@ -197,6 +197,36 @@ def decode_table(rows: list) -> list:
     return out
 
 
+def sparse_table(rows: list) -> list:
+    """The block-sparse rows (bench_attn.py --sparse): effective TFLOP/s of ours, Flex and our
+    dense kernel, our speed over Flex and over dense, |ours - Flex| of one forward; then issue
+    16's targets per mode (x flex: fwd >= 1.4, bwd >= 1.25; x dense >= 0.9 where a query
+    block row keeps >= 8 blocks on average)."""
+    out = ["| mode | mask | d | N | B | H | density | blocks / row | flashattn | flex | dense | "
+           "×flex | ×dense | max abs diff to flex |", "|" + "---|" * 14]
+    for r in rows:
+        out.append(f"| {r['mode']} | {r['mask']} | {r['d']} | {r['N']} | {r['B']} | {r['H']} | "
+                   f"{r['density']:.3f} | {r['kept_per_row']:.1f} | {fmt(r.get(OURS))} | "
+                   f"{fmt(r.get('flex'))} | {fmt(r.get('dense'))} | "
+                   f"{fmt(over(r, 'flex'), '.2f')} | {fmt(over(r, 'dense'), '.2f')} | "
+                   f"{fmt(r.get('flex_max_diff'), '.2g')} |")
+    out.append("")
+    for mode, need in (("fwd", 1.4), ("bwd", 1.25)):
+        cells = [r for r in rows if r["mode"] == mode]
+        x_flex = [over(r, "flex") for r in cells if over(r, "flex") is not None]
+        x_dense = [over(r, "dense") for r in cells
+                   if r["kept_per_row"] >= 8 and over(r, "dense") is not None]
+        if x_flex:
+            out.append(f"{mode}: ×flex median {statistics.median(x_flex):.2f}, min "
+                       f"{min(x_flex):.2f}, {sum(x < need for x in x_flex)} of {len(x_flex)} "
+                       f"cells below {need}" + (
+                           f"; ×dense (>= 8 blocks per row) median "
+                           f"{statistics.median(x_dense):.2f}, min {min(x_dense):.2f}, "
+                           f"{sum(x < 0.9 for x in x_dense)} of {len(x_dense)} below 0.9"
+                           if x_dense else "") + ".")
+    return out
+
+
 def markdown(result: dict, reference: str) -> str:
     head, rows = result["header"], result["rows"]
     names = implementations(rows)
@@ -237,6 +267,9 @@ def markdown(result: dict, reference: str) -> str:
         out += [f"| {r['B']} | {r['N']} | {r['eager_ms'] * 1e3:.1f} | {r['eager_tbs']:.2f} | "
                 f"{r['graph_ms'] * 1e3:.1f} | {r['graph_tbs']:.2f} |" for r in result["decode_step"]]
         out += [""]
+    if result.get("sparse"):
+        out += ["## Block-sparse (effective TFLOP/s: 4·bm·bn·d per kept block, bwd 2.5×; dense: "
+                "our dense kernel over the whole N×N)", ""] + sparse_table(result["sparse"]) + [""]
     if result.get("memory"):
         out += ["## Peak extra memory of fwd+bwd (MiB), B=1, H=16, d=128", ""]
         out += memory_table(result["memory"]) + [""]
