@@ -224,3 +224,23 @@ def test_masks(device, c):
 ], ids=lambda c: f"cuda-{case_id(c)}")
 def test_long_sequence_short_window(c):
     run_case("cuda", dict(c, noncontig=False))
+
+
+# More tiles than an H200 has SMs (132): the sm90 forward's persistent grid, causal / window
+# tiles dealt in pairs of a head's longest and shortest query blocks (csrc/sm90/
+# tile_order_sm90.h), with odd query-block counts (a lone middle block per head) and, causal
+# with seqlen_q > seqlen_k, tiles whose rows see no key. Tiles: sm90's block_m is 128 (d64:
+# 192). On other GPUs these are long-sequence cases of the sm80 kernels.
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("c", [
+    dict(dtype="bf16", hd=(128, 128), sl=(1100, 1100), causal=True, window="none",
+         softcap=0.0, alibi="none", heads=(16, 4)),   # 9 query blocks x 32 = 288 tiles
+    dict(dtype="fp16", hd=(64, 64), sl=(1300, 1000), causal=True, window="none",
+         softcap=0.0, alibi="none", heads=(12, 4)),   # 7 x 24 = 168
+    dict(dtype="bf16", hd=(256, 256), sl=(700, 900), causal=False, window="none",
+         softcap=0.0, alibi="none", heads=(16, 16)),  # 6 x 32 = 192, the snake deal
+    dict(dtype="bf16", hd=(128, 128), sl=(1500, 1500), causal=False, window=(200, 0),
+         softcap=0.0, alibi="none", heads=(8, 8)),    # 12 x 16 = 192
+], ids=lambda c: f"cuda-{case_id(c)}")
+def test_persistent_grid(c):
+    run_case("cuda", dict(c, noncontig=False))

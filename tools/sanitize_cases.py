@@ -63,6 +63,11 @@ def sm90_cases():
     # Varlen: packed rows, a block crossing into the next sequence, empty sequences
     run_varlen([130, 0, 257, 1], [300, 5, 0, 399], 4, 2, 128, bf16, causal=True)
     run_varlen([200, 3], [700, 64], 2, 2, 64, fp16)
+    # Persistent grids with more tiles than the H200's 132 SMs, causal / window tiles dealt in
+    # pairs (tile_order_sm90.h): odd query-block counts (a lone middle block per head)
+    run_padded(2, 1100, 1100, 8, 2, 128, 128, bf16, causal=True)     # 9 blocks x 16 = 144 tiles
+    run_padded(2, 1300, 1300, 12, 4, 64, 64, fp16, causal=True)      # 7 blocks x 24 = 168
+    run_padded(2, 1100, 1100, 8, 8, 128, 128, bf16, window_size=(200, 0))
     # The transformed-score kernels: softcap and ALiBi, padded and varlen
     run_padded(2, 300, 420, 4, 2, 128, 128, bf16, causal=True, softcap=5.0,
                alibi_slopes=torch.rand(2, 4, device=dev))
