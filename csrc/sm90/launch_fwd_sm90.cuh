@@ -186,10 +186,22 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
 }
 
 // The package's kernels of the (kD, kDv) variant: tile_fwd_sm90.h's tile, the local one
-// (causal or window) when it differs.
+// (causal or window) when it differs, the long-key one (fwd_tile_long) for plain non-causal
+// calls over >= kLongKeys keys.
 template <int kD, int kDv, typename Element>
 void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   constexpr FwdTile kGlobal = fwd_tile(kD, kDv, false), kLocal = fwd_tile(kD, kDv, true);
+  constexpr FwdTile kLong = fwd_tile_long(kD, kDv);
+  if constexpr (kLong.block_m > 0) {
+    const bool plain = p.dropout_threshold <= 0 && !(p.softcap > 0.f) &&
+                       p.alibi_slopes == nullptr && p.softmax_scale > 0.f;
+    if (plain && p.window_left < 0 && p.window_right < 0 && p.seqlen_k >= kLongKeys &&
+        smem_optin_bytes() >= fwd_smem_bytes(kLong, kD, kDv)) {
+      using Long = FwdConfig<kD, kDv, kLong.block_m, kLong.block_n, kLong.stages, kLong.schedule>;
+      launch_fwd_sm90_kernel<Long, Element, false>(p, stream, {});
+      return;
+    }
+  }
   if constexpr (kGlobal == kLocal) {
     launch_fwd_sm90<FwdConfigOf<kD, kDv, false>, Element>(p, stream);
   } else {
@@ -205,7 +217,7 @@ inline int fwd_smem_of_variant(int variant) {
   const int d = kFwdHeadDimsQK[variant], dv = kFwdHeadDimsV[variant];
   const int a = fwd_smem_bytes(fwd_tile(d, dv, false), d, dv);
   const int b = fwd_smem_bytes(fwd_tile(d, dv, true), d, dv);
-  return a > b ? a : b;
+  return a > b ? a : b;  // the long-key tile (more) only where smem_optin_bytes() allows it
 }
 
 }  // namespace flashattn::sm90
