@@ -8,7 +8,8 @@
 // Inside a CTA the 4 warps split the rows (kWarpsM, 16 rows each) and the keys of each 64-key
 // block (kWarpsN = 4 / kWarpsM); the kWarpsN partial softmax states meet in shared memory at the
 // end. K / V tiles stream through a kStages-deep cp.async ring (about 96 KB in flight per CTA);
-// rows of a paged cache are gathered per row through the block table, read a block ahead. Every
+// rows of a paged cache are gathered per row through the block table, whose entries travel
+// through the same ring kStages - 1 blocks ahead of the rows they address. Every
 // key index and batch index comes from seq_info and every page is clamped as page_of clamps
 // it, so untrusted metadata gives wrong numbers at worst, never an out-of-bounds access.
 #pragma once
@@ -44,7 +45,11 @@ struct DecodeTraits {
   // log2-max and 1 / sum.
   static constexpr int kScratchO = kWarpsN * kM * kD * 4;
   static constexpr int kScratchBytes = kScratchO + kWarpsN * kM * 8 + kM * 8;
-  static constexpr int kSmem = TileQ::kBytes + kStages * kStageBytes;
+  // Paged: a ring of kStages slots of block-table entries, one per 16 keys of a block (page
+  // sizes are multiples of 16), after the K / V ring.
+  static constexpr int kTableGroups = kBN / 16;
+  static constexpr int kTableBytes = kStages * kTableGroups * 4;
+  static constexpr int kSmem = TileQ::kBytes + kStages * kStageBytes + kTableBytes;
   static_assert(kWarpsM == 1 || kWarpsM == 2 || kWarpsM == 4, "4 warps split rows x keys");
   static_assert(kNW >= 16 && kNW % 16 == 0, "a warp's keys are whole k16 steps");
   static_assert(kScratchBytes <= kSmem, "the merge scratch fits the tiles");
@@ -128,24 +133,29 @@ __global__ void __launch_bounds__(T::kThreads)
   }
 
   // One key row's address in K (V): paged through the block table, else the (clamped) batch.
-  // Paged: the pages of this thread's rows of the next block are read from the block table one
-  // block ahead (next_page), so the table's latency hides under a block of math.
+  // Paged: block X's table entries (the page of each 16 of its keys) are copied by cp.async in
+  // the commit group of block X - (kStages - 1) into ring slot X % kStages, so they land as
+  // that block does, kStages - 1 blocks before X's rows are issued from them (a table load
+  // one block ahead stalled the ring's issue on its latency: paged ran at 0.63-0.68 of
+  // contiguous, 2026-12-02). Entries are clamped into the pool where they are used.
   const bool paged = p.block_table != nullptr;
   const Element* k_head = static_cast<const Element*>(p.k_ptr) + hk * p.k_head_stride;
   const Element* v_head = static_cast<const Element*>(p.v_ptr) + hk * p.v_head_stride;
   const int row0 = tid / Copy::kThreadsPerRow, chunk0 = tid % Copy::kThreadsPerRow;
-  int next_page[Copy::kRowIters];
   const int32_t* table = paged ? p.block_table + b * p.block_table_batch_stride : nullptr;
-  auto fetch_pages = [&](int blk) {
-    if (!paged) return;
-#pragma unroll
-    for (int i = 0; i < Copy::kRowIters; ++i) {
-      // Logical row (paged calls have k_row0 0); rows past the keys read a clamped slot.
-      const int lr = static_cast<int>(seq.k_row0) + blk * kBN + row0 + i * Copy::kRowsPerStep;
-      int slot = a.page_shift >= 0 ? lr >> a.page_shift : lr / p.page_size;
-      slot = min(max(slot, 0), p.max_pages_per_seq - 1);
-      next_page[i] = min(max(__ldg(table + slot), 0), p.num_pages - 1);
-    }
+  constexpr int kGroups = T::kTableGroups;
+  const int tab_off = TileQ::kBytes + kStages * T::kStageBytes;
+  int32_t* tab = reinterpret_cast<int32_t*>(smem + tab_off);
+  auto table_slot = [&](int blk, int grp) {  // block blk's 16-key group grp: its table slot
+    // Logical row (paged calls have k_row0 0); rows past the keys read a clamped slot.
+    const int lr = static_cast<int>(seq.k_row0) + blk * kBN + grp * 16;
+    const int slot = a.page_shift >= 0 ? lr >> a.page_shift : lr / p.page_size;
+    return min(max(slot, 0), p.max_pages_per_seq - 1);
+  };
+  auto copy_table = [&](int blk) {  // block blk's entries -> its ring slot, in this group
+    if (tid < kGroups)
+      cp_async_4(sQ + tab_off + ((blk % kStages) * kGroups + tid) * 4,
+                 table + table_slot(blk, tid), true);
   };
   auto load_block = [&](int blk, int stage) {
     const uint32_t dk = sKV + stage * T::kStageBytes, dv = dk + TileKV::kBytes;
@@ -158,8 +168,9 @@ __global__ void __launch_bounds__(T::kThreads)
       if (paged) {
         const int lr = static_cast<int>(seq.k_row0) + j;
         const int in_page = a.page_shift >= 0 ? lr & ((1 << a.page_shift) - 1) : lr % p.page_size;
-        koff = next_page[i] * p.k_batch_stride + in_page * p.k_row_stride;
-        voff = next_page[i] * p.v_batch_stride + in_page * p.v_row_stride;
+        const int page = min(max(tab[(blk % kStages) * kGroups + (row >> 4)], 0), p.num_pages - 1);
+        koff = int64_t(page) * p.k_batch_stride + int64_t(in_page) * p.k_row_stride;
+        voff = int64_t(page) * p.v_batch_stride + int64_t(in_page) * p.v_row_stride;
       } else {
         const int64_t lr = seq.k_row0 + j;
         koff = seq.k_batch * p.k_batch_stride + lr * p.k_row_stride;
@@ -184,15 +195,24 @@ __global__ void __launch_bounds__(T::kThreads)
         copy(dv + o, vs + col, p.headdim_v);
       }
     }
-    fetch_pages(blk + 1);  // the pages of the block loaded next
+    if (paged) copy_table(blk + kStages - 1);  // into the slot block blk - 1 was read from
   };
 
-  // Prologue: Q with block 0, then blocks 1 .. kStages - 2 (empty groups keep the counts).
-  fetch_pages(blk_begin);
+  // Prologue: the first kStages - 1 blocks' table entries read directly; then Q with block 0,
+  // then blocks 1 .. kStages - 2 (empty groups keep the counts). Paged: a barrier after each
+  // block, whose table copy overwrites the slot the block before it was issued from.
+  if (paged) {
+    for (int idx = tid; idx < (kStages - 1) * kGroups; idx += T::kThreads) {
+      const int blk = blk_begin + idx / kGroups, grp = idx % kGroups;
+      tab[(blk % kStages) * kGroups + grp] = __ldg(table + table_slot(blk, grp));
+    }
+    __syncthreads();
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_iters) load_block(blk_begin + s, s);
     cp_async_commit();
+    if (paged) __syncthreads();
   }
 
   float acc_o[kNFragsO][4];

@@ -13,11 +13,6 @@ __device__ __forceinline__ void cp_async_16_n(uint32_t dst, const void* src, int
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
 }
-// cp.async.ca.shared.global [dst], [src], 4, src_bytes (0 = zero fill): one fp32 (LSE, D).
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 4 : 0));
-}
 
 // ex2.approx.ftz.f32: 2^x, ex2(-inf) = +0 (the masked-entry path relies on it).
 __device__ __forceinline__ float fast_exp2(float x) {
