@@ -34,11 +34,14 @@ struct FwdMaps {
 // (exp2_fma), the rest on the SFU; 0: all on the SFU. kChains: independent partial max / sum
 // chains per row in the softmax (1: one serial chain of kBN / 4 dependent ops per row; 4
 // measured the same, within 1-2%, interleaved and cold: benchmarks/NOTES.md 2026-12-02).
+// kCrossTile: a persistent CTA issues its next tile's S_0 with this tile's last P V and runs
+// this tile's epilogue under them (an experiment for short tiles; 0 in the package).
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
-          int kChains_ = 4>
+          int kChains_ = 4, int kCrossTile_ = 0>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
   static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_, kChains = kChains_;
+  static constexpr bool kCrossTile = kCrossTile_ != 0;
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static_assert(kChains >= 1 && kChains <= kBN / 8, "a chain per n8 block at most");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
@@ -100,13 +103,14 @@ __device__ __forceinline__ FwdTileInfo fwd_tile_info(const FwdParams& p, int til
   return t;
 }
 // Persistent: CTA i takes tiles fwd_tile_of(0, i), fwd_tile_of(1, i), ... dealt by `deal`
-// (tile_order_sm90.h; grid = SM count; or one tile per CTA). Has_score_mod: softcap and / or ALiBi (or a scale <= 0): S is turned
-// into natural-log units (common/score_mod.h) before the softmax, else the raw q.k feeds exp2
-// with the folded scale. The producer runs ahead into the next tile (its Q once the consumers'
-// last S is done, its K / V as stages free up), so loads overlap the epilogue. The K / V ring
-// counts iterations across tiles. Key blocks are visited from the last (the masked one, for
-// causal) down. Has_dropout (params.h): Z on P before P V, the score transform then a run-time
-// switch (one instantiation for both); the sink is a run-time epilogue option of every variant.
+// (tile_order_sm90.h; grid = SM count; or one tile per CTA). Has_score_mod: softcap and / or ALiBi
+// (or a scale <= 0): S is turned into natural-log units (common/score_mod.h) before the softmax,
+// else the raw q.k feeds exp2 with the folded scale. The producer runs ahead into the next tile
+// (its Q once the consumers' last S is done, its K / V as stages free up), so loads overlap the
+// epilogue. The K / V ring counts iterations across tiles. Key blocks are visited from the last
+// (the masked one, for causal) down. Has_dropout (params.h): Z on P before P V, the score
+// transform then a run-time switch (one instantiation for both); the sink is a run-time epilogue
+// option of every variant.
 template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
@@ -206,6 +210,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const float cap = p.softcap, inv_cap = has_cap ? 1.f / p.softcap : 0.f;
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
   int kv_base = 0, q_count = 0;  // as the producer counts them
+  float s[kBN / 2];        // S (then P) of the current key block
+  bool s0_ready = false;   // kCrossTile: this tile's S_0 is in s already (the last tile issued it)
   for (int k = 0;; ++k) {
     const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
     if (tile == kNoTile) break;
@@ -221,7 +227,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       kb[r] = ti.mi.key_begin(row0 + 8 * r);
       ke[r] = ti.mi.key_end(row0 + 8 * r);
     }
-    float o[kDv / 2], s[kBN / 2], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    float o[kDv / 2], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     float alpha[2];
     uint32_t pa[kBN / 16][4], pb[kBN / 16][4];
 #pragma unroll
@@ -248,9 +254,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     auto turn_end = [&] {
       if constexpr (kSchedule == kPingPong) named_bar_arrive(1 + (c + 1) % kNC, 256);
     };
-    auto issue_qk = [&](int it) {  // S = Q K^T of iteration it (its K has landed)
-      const uint32_t k_base =
-          smem_u32(smem + Cfg::kSmemK + ((kv_base + it) % kStages) * Cfg::kKBytes);
+    auto issue_qk_slot = [&](int slot) {  // S = Q K^T of K ring slot `slot` (landed)
+      const uint32_t k_base = smem_u32(smem + Cfg::kSmemK + (slot % kStages) * Cfg::kKBytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
@@ -261,6 +266,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       wgmma_commit();
     };
+    auto issue_qk = [&](int it) { issue_qk_slot(kv_base + it); };  // of iteration it
     auto issue_pv = [&](int it, const uint32_t (&a)[kBN / 16][4]) {
       const uint32_t v_base =
           smem_u32(smem + Cfg::kSmemV + ((kv_base + it) % kStages) * Cfg::kVBytes);
@@ -376,18 +382,61 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int e = 0; e < 4; ++e) o[j * 4 + e] *= alpha[e >> 1];
     };
 
+    // Epilogue: O / rowsum in Element straight from registers, columns below headdim_v (a
+    // multiple of 8); lse = max * scale + ln(sum), -inf (and O = 0) for a row with no key;
+    // the sink joins the sum (row_finish.h).
+    auto epilogue = [&] {
+      Element* out = static_cast<Element*>(p.o_ptr) + ti.b * p.o_batch_stride +
+                     ti.h * p.o_head_stride + ti.si.q_row0 * p.o_row_stride;
+      float* lse =
+          p.lse_ptr + ti.b * p.lse_batch_stride + ti.h * p.lse_head_stride + ti.si.q_row0;
+      const int dv_blocks = p.headdim_v / 8;
+      const bool has_sink = p.sink_ptr != nullptr;  // params.h; row_finish.h
+      const float sink = has_sink ? p.sink_ptr[ti.h] : 0.f;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = row_sum[r];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        const int row = row0 + 8 * r;
+        if (row >= ti.si.seqlen_q) continue;
+        const RowFinish fin = finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f,
+                                         has_sink, sink, Has_dropout ? p.dropout_scale : 1.f);
+        const float inv = fin.inv;
+        Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
+#pragma unroll
+        for (int j = 0; j < kON; ++j)
+          if (j < dv_blocks)
+            *reinterpret_cast<uint32_t*>(orow + j * 8) =
+                pack_x2<Element>(o[j * 4 + 2 * r] * inv, o[j * 4 + 2 * r + 1] * inv);
+        if (lane % 4 == 0) lse[row] = fin.lse;
+      }
+    };
+    // kCrossTile: whether the next tile takes its S_0 from this tile's last turn.
+    bool merged = false;
+    if constexpr (Cfg::kCrossTile) {
+      const int tile_n = fwd_tile_of(k + 1, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
+      if (tile_n >= 0) {
+        const FwdTileInfo tn = fwd_tile_info<kBM, kBN>(p, tile_n, m_blocks, group);
+        merged = n_iters > 0 && tn.m0 < tn.si.seqlen_q && tn.n_iters > 0;
+      }
+    }
     if (n_iters > 0) {
-      mbar_wait(q_full, q_count & 1);
       // Turns: S_0; then (S_{j+1}, P_j V_j) for j < n - 1; then P_{n-1} V_{n-1}. The last
       // warpgroup lets warpgroup 0 take the first turn and skips its own last arrive, so
       // every sync has its arrive and none is left over when the tile ends.
-      if (kSchedule == kPingPong && c == kNC - 1) named_bar_arrive(1, 256);
-      wait_k(0);
-      turn_begin();
-      issue_qk(0);
-      turn_end();
-      wgmma_wait<0>();
-      wgmma_fence_operands(s);
+      // kCrossTile: a tile whose S_0 came with the last one's final turn continues that
+      // chain of turns (the pre-arrive and the skipped arrive bracket the whole chain).
+      if (!s0_ready) {
+        mbar_wait(q_full, q_count & 1);
+        if (kSchedule == kPingPong && c == kNC - 1) named_bar_arrive(1, 256);
+        wait_k(0);
+        turn_begin();
+        issue_qk(0);
+        turn_end();
+        wgmma_wait<0>();
+        wgmma_fence_operands(s);
+      }
       s_done(0);
       softmax(0, pa);
       // Two P buffers in turn (no copy the register allocator could fold into one), and
@@ -419,43 +468,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence_operands(o);
         release_v(it);
       };
+      // kCrossTile: the last P V and the next tile's S_0 (its Q and K_0 in ring slot kv_base +
+      // n_iters) in one turn; this tile's epilogue under them once P V has retired.
+      auto last_merged = [&](int it, const uint32_t (&cur)[kBN / 16][4]) {
+        const int slot = kv_base + n_iters;
+        wait_v(it);
+        mbar_wait(q_full, (q_count + 1) & 1);
+        mbar_wait(k_full + slot % kStages, (slot / kStages) & 1);
+        turn_begin();
+        issue_pv(it, cur);
+        issue_qk_slot(slot);
+        turn_end();
+        wgmma_wait<1>();
+        wgmma_fence_operands(o);
+        release_v(it);
+        epilogue();
+        wgmma_wait<0>();
+        wgmma_fence_operands(s);
+      };
+      auto finish = [&](int it, const uint32_t (&cur)[kBN / 16][4]) {
+        if (Cfg::kCrossTile && merged) last_merged(it, cur);
+        else last(it, cur);
+      };
       for (int it = 0;; it += 2) {
-        if (it + 1 >= n_iters) { last(it, pa); break; }
+        if (it + 1 >= n_iters) { finish(it, pa); break; }
         step(it, pa, pb);
-        if (it + 2 >= n_iters) { last(it + 1, pb); break; }
+        if (it + 2 >= n_iters) { finish(it + 1, pb); break; }
         step(it + 1, pb, pa);
       }
       ++q_count;
       kv_base += n_iters;
     }
 
-    // Epilogue: O / rowsum in Element straight from registers, columns below headdim_v (a
-    // multiple of 8); lse = max * scale + ln(sum), -inf (and O = 0) for a row with no key;
-    // the sink joins the sum (row_finish.h).
-    Element* out = static_cast<Element*>(p.o_ptr) + ti.b * p.o_batch_stride +
-                   ti.h * p.o_head_stride + ti.si.q_row0 * p.o_row_stride;
-    float* lse = p.lse_ptr + ti.b * p.lse_batch_stride + ti.h * p.lse_head_stride + ti.si.q_row0;
-    const int dv_blocks = p.headdim_v / 8;
-    const bool has_sink = p.sink_ptr != nullptr;  // params.h; row_finish.h
-    const float sink = has_sink ? p.sink_ptr[ti.h] : 0.f;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = row_sum[r];
-      sum += __shfl_xor_sync(0xffffffff, sum, 1);
-      sum += __shfl_xor_sync(0xffffffff, sum, 2);
-      const int row = row0 + 8 * r;
-      if (row >= ti.si.seqlen_q) continue;
-      const RowFinish fin = finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f,
-                                       has_sink, sink, Has_dropout ? p.dropout_scale : 1.f);
-      const float inv = fin.inv;
-      Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
-#pragma unroll
-      for (int j = 0; j < kON; ++j)
-        if (j < dv_blocks)
-          *reinterpret_cast<uint32_t*>(orow + j * 8) =
-              pack_x2<Element>(o[j * 4 + 2 * r] * inv, o[j * 4 + 2 * r + 1] * inv);
-      if (lane % 4 == 0) lse[row] = fin.lse;
-    }
+    if (!merged) epilogue();
+    s0_ready = merged;
   }
 }
 

@@ -162,9 +162,10 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
   // and its K / V stay in L2 (with groups of 3 at d128 16k nc, 24 MB of K / V, the package
   // benchmark gave 543 TFLOP/s, the one-head order 606 before: benchmarks/NOTES.md). The
   // pair deal reads the list as groups of one.
-  const int group = deal == kDealPairs ? 1
-                                       : static_cast<int>(std::min<int64_t>(
-                                             g.group > 0 ? g.group : 1, int64_t(p.nheads) * p.batch));
+  const int64_t pairs = int64_t(p.nheads) * p.batch;
+  const int group = deal == kDealPairs
+                        ? 1
+                        : static_cast<int>(std::min<int64_t>(g.group > 0 ? g.group : 1, pairs));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, group, deal);
   FLASHATTN_LAUNCH_CHECK();
 }

@@ -36,6 +36,10 @@ using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule, kExpFma, kChai
 // The package's tile with one serial max / sum chain per row (the softmax before 2026-12-02).
 template <class P>
 using OneChain = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1>;
+// The package's tile with the cross-tile pipeline (the next tile's S_0 under this one's last
+// P V and epilogue).
+template <class P>
+using CrossTile = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 4, 1>;
 struct Candidate {
   const char* name;
   void (*run)(const FwdParams&);
@@ -71,6 +75,7 @@ static const Candidate kCandidates[] = {
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
     {"pkg 1 chain", run90<OneChain<Pkg>>},
+    {"pkg cross-tile", run90<CrossTile<Pkg>>},
     {"192x128 ov", run90<Cfg<192, 128, 2, kOverlap>>},
     {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
     {"128x192 pp", run90<Cfg<128, 192, 2, kPingPong>>},
@@ -85,6 +90,7 @@ static const Candidate kCandidates[] = {
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
     {"pkg 1 chain", run90<OneChain<Pkg>>},
+    {"pkg cross-tile", run90<CrossTile<Pkg>>},
     {"128x128 ov", run90<Cfg<128, 128, 2, kOverlap>>},
     {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
     {"128x176 ov", run90<Cfg<128, 176, 2, kOverlap>>},
@@ -98,6 +104,7 @@ static const Candidate kCandidates[] = {
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
     {"pkg 1 chain", run90<OneChain<Pkg>>},
+    {"pkg cross-tile", run90<CrossTile<Pkg>>},
     {"128x80 pp", run90<Cfg<128, 80, 2, kPingPong>>},
     {"128x64 ov", run90<Cfg<128, 64, 2, kOverlap>>},
     {"128x64 pp", run90<Cfg<128, 64, 2, kPingPong>>},
@@ -285,7 +292,8 @@ int main(int argc, char** argv) {
       for (const Candidate& cand : kCandidates) runs.push_back([&] { cand.run(params()); });
       runs.push_back([&] { sm80::run_fwd(params(), nullptr); });
       const std::vector<double> ms = interleaved_median_ms(runs);
-      for (size_t i = 0; i < ms.size(); ++i) std::printf(i + 1 < ms.size() ? " %15.1f" : " %8.1f", f / ms[i]);
+      for (size_t i = 0; i < ms.size(); ++i)
+        std::printf(i + 1 < ms.size() ? " %15.1f" : " %8.1f", f / ms[i]);
       std::printf("\n");
     }
   return failed ? 1 : 0;
