@@ -44,10 +44,11 @@ def _round128(x):
     return (x + 127) // 128 * 128
 
 
-def run_case(device, c, seed):
+def run_case(device, c, seed, bwd_path=None):
     """One case of the covering sets of this file and test_sinks.py: c has dtype, hd, shape,
     causal, window, softcap, alibi, heads, p (dropout) and sink. Checks out, lse, dq, dk, dv
-    (and dsink) against the reference under the Philox mask, and S (with dropout)."""
+    (and dsink) against the reference under the Philox mask, and S (with dropout). bwd_path:
+    the backend the op must choose for the backward (kernel_path), else it fails."""
     dtype = DTYPES[c["dtype"]]
     d, dv = c["hd"]
     H, Hk = HEADS[c["heads"]]
@@ -73,6 +74,11 @@ def run_case(device, c, seed):
         sink = (torch.randn(H, device=device) * 2).requires_grad_()
     kw = dict(causal=c["causal"], window_size=_window(c["window"], sk_min), softcap=c["softcap"],
               alibi_slopes=alibi_slopes(c["alibi"], B, H, device))
+    if bwd_path is not None:
+        args = (q, k, v, *cu, sq, sk) if varlen else (q, k, v)
+        path = flashattn.kernel_path(*args, direction="bwd", dropout_p=p, learnable_sink=sink,
+                                     **kw)
+        assert path == bwd_path, f"the backward runs {path}, not {bwd_path}"
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     torch.manual_seed(seed + 1)
     if varlen:
@@ -189,6 +195,26 @@ def test_dropout_sm90_forward(device, c, seed, monkeypatch):
     monkeypatch.setenv("FLASHATTN_SM90_DROPOUT", "1")
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
     run_case(device, c, seed)
+
+
+def sm90_bwd_dropout_factors(device):
+    """The calls the sm90 backward takes: head dims of its 64 / 128 buckets (multiples of 8),
+    no softcap or ALiBi; with dropout always."""
+    return dict(dropout_factors(device), hd=[(64, 64), (128, 128), (120, 120), (40, 40)],
+                softcap=[0.0], alibi=["none"], p=[0.17, 0.5, 0.9])
+
+
+@pytest.mark.parametrize("device,c", cuda_case_params(sm90_bwd_dropout_factors, seed=3))
+def test_dropout_sm90_backward(device, c, seed, monkeypatch):
+    """The sm90 dropout backward (off by default until a GPU run verifies it:
+    FLASHATTN_SM90_DROPOUT_BWD=1), on the sm90 forward: the checks of test_dropout, with the
+    op's own choice asserted to be the sm90 backward (skipped off Hopper)."""
+    if not (torch.cuda.get_device_capability() == (9, 0)
+            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
+        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+    monkeypatch.setenv("FLASHATTN_SM90_DROPOUT_BWD", "1")
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    run_case(device, c, seed, bwd_path="sm90")
 
 
 def test_philox_known_answers():

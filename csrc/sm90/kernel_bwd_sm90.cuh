@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/dropout_lanes.cuh"
 #include "../common/mask.h"
 #include "../common/params.h"
 #include "../common/seqlen.h"
@@ -99,7 +100,10 @@ __device__ __forceinline__ void bwd_block_coord(int sect, int& n_block, int& h, 
   b = pair / int(gridDim.y);
 }
 
-template <class Cfg, typename Element>
+// Has_dropout (params.h): the forward's keep mask Z regenerated per block (dropout_lanes.cuh,
+// the S^T orientation): dV takes P^T Z scale, dS^T = P^T (Z scale dP^T - D), as the sm80
+// backward computes them.
+template <class Cfg, typename Element, bool Has_dropout = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
                     const __grid_constant__ BwdMaps maps, int sect) {
@@ -248,6 +252,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int full_lo = keys_in ? mi.query_begin(n0 + kBN - 1) : 0;
   const int full_hi = keys_in ? mi.query_end(n0) : 0;
   const float scale_log2 = p.softmax_scale_log2;
+  DropoutRng rng{};
+  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
@@ -271,6 +277,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;
     const uint32_t ds_base = smem0 + Cfg::kSmemDS + (it & 1) * Cfg::kDSBytes;
     const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
+    // Dropout: which of this thread's kBM / 2 elements the forward kept, one bit each (bit i of
+    // zbits[i / 32]), drawn before this block's MMAs hold their accumulators (under them the
+    // Philox rounds spilled ~100 bytes) and held to dS^T.
+    // Element i = j * 4 + e: query column j * 8 + (lane % 4) * 2 + (e & 1) (the half j % 2 of
+    // 16-query block j / 2), key row lane / 4 + 8 (e >> 1): byte 2 (j % 2) + (e >> 1) of the
+    // block's keep word e & 1 (dropout_words_st; this warp's 16 keys, two blocks per draw).
+    constexpr int kZWords = (kBM / 2 + 31) / 32;
+    uint32_t zbits[kZWords];
+    if constexpr (Has_dropout) {
+      const int J = (n0 + c * 64 + warp * 16) >> 4, I0 = m0 >> 4;
+#pragma unroll
+      for (int w = 0; w < kZWords; ++w) zbits[w] = 0u;
+#pragma unroll
+      for (int cp = 0; cp < kBM / 16; cp += 2) {
+        uint32_t wa[2], wb[2];
+        dropout_words_st(rng, I0 + cp, J, I0 + cp + 1, J, lane, wa, wb);
+#pragma unroll
+        for (int blk = 0; blk < 2; ++blk) {
+          const uint32_t kept[2] = {dropout_kept4(rng, blk ? wb[0] : wa[0]),
+                                    dropout_kept4(rng, blk ? wb[1] : wa[1])};
+#pragma unroll
+          for (int ch = 0; ch < 2; ++ch)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = (2 * (cp + blk) + ch) * 4 + e;
+              zbits[i / 32] |= ((kept[e & 1] >> (8 * (2 * ch + (e >> 1)))) & 1u) << (i % 32);
+            }
+        }
+      }
+    }
+    auto z = [&](int i) { return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f; };
     mbar_wait(q_full + stage, (it / kStages) & 1);
     float st[kBM / 2], dpt[kBM / 2];
     // acc = A B^T over kD, both K-major: A this warpgroup's 64 keys, B the kBM queries.
@@ -316,8 +353,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          ap[kk][q] = pack_x2<Element>(st[8 * kk + 2 * q], st[8 * kk + 2 * q + 1]);
+        for (int q = 0; q < 4; ++q) {
+          const int i = 8 * kk + 2 * q;
+          ap[kk][q] = Has_dropout ? pack_x2<Element>(st[i] * z(i), st[i + 1] * z(i + 1))
+                                  : pack_x2<Element>(st[i], st[i + 1]);
+        }
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)  // 16 queries = 16 rows of 128 bytes
@@ -335,8 +375,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int j = 0; j < kBM / 8; ++j) {
       const float2 d = lds_f32x2(stat + (kBM + j * 8 + (lane % 4) * 2) * 4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        dpt[j * 4 + e] = st[j * 4 + e] * (dpt[j * 4 + e] - ((e & 1) ? d.y : d.x));
+      for (int e = 0; e < 4; ++e) {
+        const int i = j * 4 + e;
+        const float dp = Has_dropout ? dpt[i] * z(i) : dpt[i];
+        dpt[i] = st[i] * (dp - ((e & 1) ? d.y : d.x));
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk)

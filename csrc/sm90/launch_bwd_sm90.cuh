@@ -17,10 +17,24 @@
 
 namespace flashattn::sm90 {
 
+// The sm90 dropout backward (written 2026-12-02 after that session's GPU time): off unless
+// FLASHATTN_SM90_DROPOUT_BWD=1, until a GPU run has its tests pass (read per call: tests
+// switch it); the sm80 backward runs dropout otherwise.
+inline bool sm90_dropout_bwd_enabled() {
+#ifdef FLASHATTN_DISABLE_DROPOUT
+  return false;
+#else
+  const char* env = std::getenv("FLASHATTN_SM90_DROPOUT_BWD");
+  return env != nullptr && env[0] == '1' && env[1] == '\0';
+#endif
+}
+
 // Why the sm90 backward's main kernel does not take this call (nullptr: it does).
 inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   if (const char* why = fwd_unsupported(p)) return why;
-  if (p.dropout_threshold > 0) return "dropout (not yet: the sm80 backward runs it)";
+  if (p.dropout_threshold > 0 && !sm90_dropout_bwd_enabled())
+    return "dropout (FLASHATTN_SM90_DROPOUT_BWD=1 turns the sm90 dropout backward on; the sm80 "
+           "backward runs it)";
   if (p.q_num_blocks != nullptr) return "a block mask (not yet: the sm80 backward runs it)";
   // The fp32 accumulators' rows are the sm80 bucket long (bwd_workspace_layout).
   if (headdim_bucket(p.headdim, p.headdim_v) != kD)
@@ -104,7 +118,12 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
       dq_accum_map(args.dq_accum, Cfg::kD, rows_q, p.nheads, batch)};
   const dim3 grid(static_cast<unsigned>((p.seqlen_k + Cfg::kBN - 1) / Cfg::kBN), p.nheads,
                   p.batch);
-  auto kernel = bwd_kernel_sm90<Cfg, Element>;
+#ifndef FLASHATTN_DISABLE_DROPOUT
+  auto kernel = p.dropout_threshold > 0 ? bwd_kernel_sm90<Cfg, Element, true>
+                                        : bwd_kernel_sm90<Cfg, Element, false>;
+#else
+  auto kernel = bwd_kernel_sm90<Cfg, Element, false>;
+#endif
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
   if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
