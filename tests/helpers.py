@@ -2,6 +2,7 @@
 import itertools
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -274,3 +275,26 @@ def cuda_case_params(factors, seed):
         return [pytest.param("cuda", None, marks=pytest.mark.skip(reason="no CUDA device"))]
     return [pytest.param("cuda", c, id=f"cuda-{case_id(c)}")
             for c in covering_set(factors("cuda"), seed=seed)]
+
+
+# --------------------------------------------------------------------------------------
+# Host checks: C++ programs under tools/ that include csrc headers and test their index math
+# on the CPU (tests/test_bwd_order.py, tests/test_fwd_tile_order.py).
+
+HOST_CXX = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++") or shutil.which("c++")
+needs_host_cxx = pytest.mark.skipif(HOST_CXX is None,
+                                    reason="no C++ compiler (g++ / c++ / $CXX) found")
+
+
+def run_host_check(tmp_path, source, cases):
+    """Builds tools/<source> (-O2, -std=c++17, -I csrc), runs it with `cases` and a fresh
+    random seed, and asserts it exited 0 printing "0 failures" (the seed in the message)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    exe = tmp_path / os.path.splitext(source)[0]
+    subprocess.run([HOST_CXX, "-O2", "-std=c++17", "-I", os.path.join(root, "csrc"),
+                    os.path.join(root, "tools", source), "-o", str(exe)], check=True)
+    seed = random.randrange(1 << 30)
+    res = subprocess.run([str(exe), str(cases), str(seed)], capture_output=True, text=True)
+    assert res.returncode == 0, f"seed {seed}\n" + res.stdout + res.stderr
+    assert "0 failures" in res.stdout, f"seed {seed}\n" + res.stdout
+    return res
