@@ -24,6 +24,27 @@ constexpr unsigned long long all_units_kept() {
   return m;
 }
 
+// The backward's unit path (S^T orientation: key rows, query columns): a and b, its P^T and
+// dS^T fragments (m16 key tiles a x n8 query tiles c, from key n0 and query m0 of the kernel
+// tile), zeroed on the units `um` drops (bit 8 * key unit + query unit).
+template <int kKeyUnits, int kQueryUnits, int kMT, int kNT>
+__device__ __forceinline__ void zero_dropped_units(unsigned long long um, int n0, int m0,
+                                                   float (&a)[kMT][kNT][4],
+                                                   float (&b)[kMT][kNT][4]) {
+  constexpr unsigned long long kAll = all_units_kept<kKeyUnits, kQueryUnits>();
+  if ((um & kAll) == kAll) return;
+#pragma unroll
+  for (int t = 0; t < kMT; ++t) {
+    const unsigned key_bits = static_cast<unsigned>(um >> (8 * (n0 / 16 + t)));
+#pragma unroll
+    for (int c = 0; c < kNT; ++c)
+      if (!((key_bits >> ((m0 + c * 8) / 16)) & 1u)) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[t][c][e] = b[t][c][e] = 0.f;
+      }
+  }
+}
+
 // Appends `value` where `keep`, in lane order, at list[cnt...] (never past cap); the new count.
 __device__ __forceinline__ int warp_append(bool keep, int value, int* list, int cap, int cnt,
                                            int lane) {

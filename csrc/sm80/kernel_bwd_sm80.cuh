@@ -577,25 +577,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         pointwise(std::false_type{}, cap_flag);
     }
 
-    // Block-sparse units: P and dS zeroed on the dropped blocks' units of a partial tile
-    // (key unit of fragment a, query unit of fragment c).
-    if (Is_sparse && unit_mode) {
-      const unsigned long long um = unit_masks[m];
-      constexpr unsigned long long kAll = all_units_kept<kBN / 16, kBM / 16>();
-      if ((um & kAll) != kAll) {
-#pragma unroll
-        for (int a = 0; a < kMT1; ++a) {
-          const unsigned key_bits =
-              static_cast<unsigned>(um >> (8 * ((wn1 * Tile::kTileNSdP) / 16 + a)));
-#pragma unroll
-          for (int c = 0; c < kNT1; ++c)
-            if (!((key_bits >> ((wm1 * Tile::kTileMSdP + c * 8) / 16)) & 1u)) {
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc_s[a][c][e] = acc_dp[a][c][e] = 0.f;
-            }
-        }
-      }
-    }
+    // Block-sparse units: P and dS zeroed on the dropped blocks' units of a partial tile.
+    if (Is_sparse && unit_mode)
+      zero_dropped_units<kBN / 16, kBM / 16>(unit_masks[m], wn1 * Tile::kTileNSdP,
+                                               wm1 * Tile::kTileMSdP, acc_s, acc_dp);
 
     // dS^T (and P^T on the smem path) to smem: [key row][query col], swizzled.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
