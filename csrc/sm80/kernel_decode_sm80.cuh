@@ -152,10 +152,14 @@ __global__ void __launch_bounds__(T::kThreads)
     const int slot = a.page_shift >= 0 ? lr >> a.page_shift : lr / p.page_size;
     return min(max(slot, 0), p.max_pages_per_seq - 1);
   };
+  // A table without columns (max_pages_per_seq 0) is never read: its entries are 0 (then
+  // clamped into the pool like any other).
+  const bool has_table = paged && p.max_pages_per_seq > 0;
   auto copy_table = [&](int blk) {  // block blk's entries -> its ring slot, in this group
     if (tid < kGroups)
       cp_async_4(sQ + tab_off + ((blk % kStages) * kGroups + tid) * 4,
-                 table + table_slot(blk, tid), true);
+                 has_table ? static_cast<const void*>(table + table_slot(blk, tid)) : p.k_ptr,
+                 has_table);
   };
   auto load_block = [&](int blk, int stage) {
     const uint32_t dk = sKV + stage * T::kStageBytes, dv = dk + TileKV::kBytes;
@@ -204,7 +208,7 @@ __global__ void __launch_bounds__(T::kThreads)
   if (paged) {
     for (int idx = tid; idx < (kStages - 1) * kGroups; idx += T::kThreads) {
       const int blk = blk_begin + idx / kGroups, grp = idx % kGroups;
-      tab[(blk % kStages) * kGroups + grp] = __ldg(table + table_slot(blk, grp));
+      tab[(blk % kStages) * kGroups + grp] = has_table ? __ldg(table + table_slot(blk, grp)) : 0;
     }
     __syncthreads();
   }
