@@ -133,8 +133,10 @@ def header(device: torch.device, args: argparse.Namespace) -> dict:
         "l2_bytes": bench.l2_bytes(device) if cuda else None,
         "cpu_threads": torch.get_num_threads(),
         "timing": {"warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms,
+                   "rounds": bench.Timing.rounds,
                    "stat": "median of per-call times (CUDA events; wall clock on the CPU), "
-                           "spread = (p90 - p10) / median"},
+                           "spread = (p90 - p10) / median; a cell's implementations timed in "
+                           "interleaved rounds, the order rotated per round"},
         "flops": "fwd 4*B*H*N*N*d (halved when causal), bwd 2.5x fwd",
         "argv": sys.argv[1:],
     }

@@ -95,11 +95,14 @@ def _timed_calls(calls: list, n: int, device: torch.device) -> list:
 
 @dataclass
 class Timing:
-    """How long to warm up and measure: the call counts follow from a first timed call."""
+    """How long to warm up and measure: the call counts follow from a first timed call.
+    rounds: bench_cell times a cell's implementations in that many interleaved rounds, the
+    order rotated per round (each implementation rep_ms / rounds a round)."""
     warmup_ms: float = 50.0
     rep_ms: float = 200.0
     min_reps: int = 10
     max_reps: int = 200
+    rounds: int = 5
 
 
 def time_calls(calls: list, device: torch.device, timing: Timing) -> list:
@@ -329,19 +332,6 @@ def attempt(impl: Impl, cell: Cell, fn: Callable):
         return None
 
 
-def measure(impl: Impl, cell: Cell, device: torch.device, timing: Timing) -> Optional[list]:
-    """Per-call times in ms of `impl` on `cell` (None if it rejects the cell), rotating
-    among enough input sets to hold more than twice the L2. None for a mode it skips."""
-    if cell.mode not in impl.modes:
-        return None
-    def run():
-        call, nbytes = _make_call(impl, cell, device)
-        n_sets = min(max(math.ceil(2 * l2_bytes(device) / nbytes), 1), 16)
-        calls = [call] + [_make_call(impl, cell, device)[0] for _ in range(n_sets - 1)]
-        return time_calls(calls, device, timing)
-    return attempt(impl, cell, run)
-
-
 def kernel_path(cell: Cell, device: torch.device) -> Optional[str]:
     """flashattn.kernel_path for the cell's inputs: the forward's backend, on bwd cells
     "<fwd>+<bwd>" (the timed backward runs both); None while the API lacks it or when no
@@ -358,14 +348,58 @@ def kernel_path(cell: Cell, device: torch.device) -> Optional[str]:
         return None
 
 
+def measure_interleaved(impls: list, cell: Cell, device: torch.device,
+                        timing: Timing) -> list:
+    """Per-call times (ms) of each implementation on `cell` (None where it rejects the cell or
+    skips its mode), timed in timing.rounds interleaved rounds, the order rotated per round,
+    after each one's first call and warm-up. Timed one after the other, an implementation's
+    number depended on what ran before it (on the H200 the same kernel measured 4-18% apart
+    by its position in the sequence, clocks recovering after a slower kernel: NOTES.md
+    2026-12-02); rounds spread every implementation over the same stretch of time."""
+    calls = [None] * len(impls)
+    for i, impl in enumerate(impls):
+        if cell.mode not in impl.modes:
+            continue
+
+        def build(impl=impl):
+            call, nbytes = _make_call(impl, cell, device)
+            n_sets = min(max(math.ceil(2 * l2_bytes(device) / nbytes), 1), 16)
+            cs = [call] + [_make_call(impl, cell, device)[0] for _ in range(n_sets - 1)]
+            cs[0]()  # the first call (handle creation, plan building) is never timed
+            return cs
+        calls[i] = attempt(impl, cell, build)
+    rounds = max(1, timing.rounds)
+    per_round = [0] * len(impls)
+    for i, impl in enumerate(impls):
+        if calls[i] is None:
+            continue
+        with impl.context():
+            if timing.warmup_ms > 0 or timing.rep_ms > 0:
+                estimate = max(statistics.median(_timed_calls(calls[i], 3, device)), 1e-3)
+                _timed_calls(calls[i], int(timing.warmup_ms / estimate), device)
+                n = int(timing.rep_ms / estimate)
+            else:
+                n = 0
+        per_round[i] = max(1, math.ceil(min(max(n, timing.min_reps), timing.max_reps) / rounds))
+    times = [[] if c is not None else None for c in calls]
+    order = [i for i, c in enumerate(calls) if c is not None]
+    for r in range(rounds):
+        for j in range(len(order)):
+            i = order[(j + r) % len(order)]
+            with impls[i].context():
+                times[i] += _timed_calls(calls[i], per_round[i], device)
+    return times
+
+
 def bench_cell(impls: list, cell: Cell, device: torch.device, timing: Timing) -> dict:
     """One JSON row: the cell, ours' kernel path, and per implementation TFLOP/s plus the
-    median and spread of its times (None where it rejects the cell)."""
+    median and spread of its times (None where it rejects the cell), all timed in
+    interleaved rounds (measure_interleaved)."""
     row = {"mode": cell.mode, "dtype": dtype_name(cell.dtype), "d": cell.d,
            "causal": cell.causal, "N": cell.N, "B": cell.B, "H": cell.H,
            "path": kernel_path(cell, device)}
-    for impl in impls:
-        times = measure(impl, cell, device, timing)
+    all_times = measure_interleaved(impls, cell, device, timing)
+    for impl, times in zip(impls, all_times):
         median, spread = median_spread(times) if times else (None, None)
         row[impl.name] = cell.flops() / (median * 1e-3) / 1e12 if times else None
         row[f"{impl.name}_ms_median"] = median
@@ -576,11 +610,11 @@ def main(argv: Optional[list] = None) -> list:
         device = torch.device("cpu")
         impls = implementations(device)
         print(f"flashattn CPU backend vs torch CPU SDPA, {args.dtype}, "
-              f"{torch.get_num_threads()} threads, median wall time (ms) of 3 calls after one "
-              "warm-up")
+              f"{torch.get_num_threads()} threads, median wall time (ms) of 3 calls (one per "
+              "round, the implementations interleaved) after one warm-up")
         cells = [Cell(mode, DTYPES[args.dtype], 64, False, N, B=1, H=8)
                  for mode in ("fwd", "bwd") for N in (1024, 2048, 4096)]
-        timing = Timing(warmup_ms=0, rep_ms=0, min_reps=3)
+        timing = Timing(warmup_ms=0, rep_ms=0, min_reps=3, rounds=3)
         rows = run_cells(cells, impls, device, timing, unit="ms")
     names = [impl.name for impl in impls]
     print("\n".join(summary_lines(rows, names)), flush=True)
