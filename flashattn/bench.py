@@ -105,17 +105,47 @@ class Timing:
     rounds: int = 5
 
 
-def time_calls(calls: list, device: torch.device, timing: Timing) -> list:
-    """Per-call times in ms after warm-up; the first call (handle creation, plan building,
-    allocations) is never timed."""
-    calls[0]()
+def _warm_up(calls: list, device: torch.device, timing: Timing) -> int:
+    """Warms `calls` up (after their untimed first call) and returns how many to time:
+    rep_ms over a first estimate, within [min_reps, max_reps]."""
     if timing.warmup_ms > 0 or timing.rep_ms > 0:
         estimate = max(statistics.median(_timed_calls(calls, 3, device)), 1e-3)
         _timed_calls(calls, int(timing.warmup_ms / estimate), device)
         n = int(timing.rep_ms / estimate)
     else:
         n = 0
-    return _timed_calls(calls, min(max(n, timing.min_reps), timing.max_reps), device)
+    return min(max(n, timing.min_reps), timing.max_reps)
+
+
+def time_calls(calls: list, device: torch.device, timing: Timing) -> list:
+    """Per-call times in ms after warm-up; the first call (handle creation, plan building,
+    allocations) is never timed."""
+    calls[0]()
+    return _timed_calls(calls, _warm_up(calls, device, timing), device)
+
+
+def time_interleaved(entries: list, device: torch.device, timing: Timing) -> list:
+    """Per-call times (ms) of each (context, calls) entry (calls None: not timed, None back),
+    in timing.rounds interleaved rounds with the order rotated per round, each entry after its
+    warm-up (its first call already made). Timed one after the other, an implementation's
+    number depended on what ran before it (on the H200 the same kernel measured 4-18% apart
+    by its position in the sequence, clocks recovering after a slower kernel: NOTES.md
+    2026-12-02); rounds spread every implementation over the same stretch of time."""
+    rounds = max(1, timing.rounds)
+    per_round = [0] * len(entries)
+    for i, (context, calls) in enumerate(entries):
+        if calls is not None:
+            with context():
+                per_round[i] = max(1, math.ceil(_warm_up(calls, device, timing) / rounds))
+    times = [[] if calls is not None else None for _, calls in entries]
+    order = [i for i, (_, calls) in enumerate(entries) if calls is not None]
+    for r in range(rounds):
+        for j in range(len(order)):
+            i = order[(j + r) % len(order)]
+            context, calls = entries[i]
+            with context():
+                times[i] += _timed_calls(calls, per_round[i], device)
+    return times
 
 
 @dataclass
@@ -351,44 +381,19 @@ def kernel_path(cell: Cell, device: torch.device) -> Optional[str]:
 def measure_interleaved(impls: list, cell: Cell, device: torch.device,
                         timing: Timing) -> list:
     """Per-call times (ms) of each implementation on `cell` (None where it rejects the cell or
-    skips its mode), timed in timing.rounds interleaved rounds, the order rotated per round,
-    after each one's first call and warm-up. Timed one after the other, an implementation's
-    number depended on what ran before it (on the H200 the same kernel measured 4-18% apart
-    by its position in the sequence, clocks recovering after a slower kernel: NOTES.md
-    2026-12-02); rounds spread every implementation over the same stretch of time."""
-    calls = [None] * len(impls)
-    for i, impl in enumerate(impls):
-        if cell.mode not in impl.modes:
-            continue
-
+    skips its mode): enough input sets each to hold more than twice the L2, the first call
+    made, then all timed together (time_interleaved)."""
+    entries = []
+    for impl in impls:
         def build(impl=impl):
             call, nbytes = _make_call(impl, cell, device)
             n_sets = min(max(math.ceil(2 * l2_bytes(device) / nbytes), 1), 16)
-            cs = [call] + [_make_call(impl, cell, device)[0] for _ in range(n_sets - 1)]
-            cs[0]()  # the first call (handle creation, plan building) is never timed
-            return cs
-        calls[i] = attempt(impl, cell, build)
-    rounds = max(1, timing.rounds)
-    per_round = [0] * len(impls)
-    for i, impl in enumerate(impls):
-        if calls[i] is None:
-            continue
-        with impl.context():
-            if timing.warmup_ms > 0 or timing.rep_ms > 0:
-                estimate = max(statistics.median(_timed_calls(calls[i], 3, device)), 1e-3)
-                _timed_calls(calls[i], int(timing.warmup_ms / estimate), device)
-                n = int(timing.rep_ms / estimate)
-            else:
-                n = 0
-        per_round[i] = max(1, math.ceil(min(max(n, timing.min_reps), timing.max_reps) / rounds))
-    times = [[] if c is not None else None for c in calls]
-    order = [i for i, c in enumerate(calls) if c is not None]
-    for r in range(rounds):
-        for j in range(len(order)):
-            i = order[(j + r) % len(order)]
-            with impls[i].context():
-                times[i] += _timed_calls(calls[i], per_round[i], device)
-    return times
+            calls = [call] + [_make_call(impl, cell, device)[0] for _ in range(n_sets - 1)]
+            calls[0]()  # the first call (handle creation, plan building) is never timed
+            return calls
+        entries.append((impl.context,
+                        attempt(impl, cell, build) if cell.mode in impl.modes else None))
+    return time_interleaved(entries, device, timing)
 
 
 def bench_cell(impls: list, cell: Cell, device: torch.device, timing: Timing) -> dict:

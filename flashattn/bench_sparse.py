@@ -1,6 +1,6 @@
 """Block-sparse benchmark (issue 16): ours (`block_sparse_attn_func`) against PyTorch's
 FlexAttention compiled for the same block mask, and against our own dense kernel, forward and
-backward.
+backward, the three timed in interleaved rounds (bench.time_interleaved).
 
 Rows keep the benchmark's schema (`flashattn`, then a column per peer) with `kind: "sparse"`
 (conventions). Effective TFLOP/s count 4 * bm * bn * d per kept block (x 2.5 for the backward),
@@ -175,21 +175,25 @@ def bench_cell(cell: SparseCell, device: torch.device, timing: bench.Timing,
            "flex_max_diff": flex_max_diff(cell, mask, device)}
     nbytes = 3 * cell.B * cell.N * cell.H * cell.d * torch.finfo(cell.dtype).bits // 8
     n_sets = min(max(math.ceil(2 * bench.l2_bytes(device) / nbytes), 1), 16)
-    for name, heads_first, fn in implementations(cell, mask, device, names):
+    impls = implementations(cell, mask, device, names)
+    entries = []
+    for name, heads_first, fn in impls:
         impl = bench.Impl(name, None, heads_first,
                           rejects=(Exception,) if name == FLEX else (RuntimeError,))
 
-        def run():
+        def build(fn=fn, heads_first=heads_first):
             calls = [_call(cell, fn, *_inputs(cell, device, heads_first)) for _ in range(n_sets)]
-            return bench.time_calls(calls, device, timing)
-        times = bench.attempt(impl, cell, run)
+            calls[0]()  # the first call (Flex's compile) is never timed
+            return calls
+        entries.append((impl.context, bench.attempt(impl, cell, build)))
+    for (name, _, _), times in zip(impls, bench.time_interleaved(entries, device, timing)):
         median, spread = bench.median_spread(times) if times else (None, None)
         rate = dense_flops if name == DENSE else flops
         row[name] = rate / (median * 1e-3) / 1e12 if times else None
         row[f"{name}_ms_median"] = median
         row[f"{name}_ms_spread"] = spread
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return row
 
 

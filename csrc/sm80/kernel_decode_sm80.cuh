@@ -22,6 +22,14 @@ constexpr int decode_stages(int stage_bytes, int budget) {
   return s < 2 ? 2 : (s > 8 ? 8 : s);
 }
 
+// Shared memory of a decode tile of `rows` query rows, head dim d, bn keys per stage and a
+// ring of about `budget` bytes: Q, the K / V stages, and (paged) a ring of block-table
+// entries, one per 16 keys of a stage. DecodeTraits::kSmem; decode_plan's choice of tiles.
+constexpr int decode_smem_bytes(int rows, int d, int bn, int budget) {
+  const int stage = 2 * bn * d * 2, stages = decode_stages(stage, budget);
+  return rows * d * 2 + stages * stage + stages * (bn / 16) * 4;
+}
+
 // kBN keys per stage, their ring about kRingBudget bytes. The default (64 keys, 96 KB: two CTAs
 // per SM on Hopper / A100) needs up to 160 KB at d256; DecodeSmallSmem is the variant for
 // GPUs with 99 KB per block (sm_86 / sm_89), at most 96 KB at d256 (decode_plan picks it).
@@ -48,8 +56,9 @@ struct DecodeTraits {
   // Paged: a ring of kStages slots of block-table entries, one per 16 keys of a block (page
   // sizes are multiples of 16), after the K / V ring.
   static constexpr int kTableGroups = kBN / 16;
-  static constexpr int kTableBytes = kStages * kTableGroups * 4;
-  static constexpr int kSmem = TileQ::kBytes + kStages * kStageBytes + kTableBytes;
+  static constexpr int kSmem = decode_smem_bytes(kM, kD, kBN, kRingBudget);
+  static_assert(kSmem == TileQ::kBytes + kStages * (kStageBytes + kTableGroups * 4),
+                "Q, the K / V ring, the table ring");
   static_assert(kWarpsM == 1 || kWarpsM == 2 || kWarpsM == 4, "4 warps split rows x keys");
   static_assert(kNW >= 16 && kNW % 16 == 0, "a warp's keys are whole k16 steps");
   static_assert(kScratchBytes <= kSmem, "the merge scratch fits the tiles");

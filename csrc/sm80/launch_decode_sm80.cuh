@@ -37,11 +37,9 @@ inline DecodePlan decode_plan(const FwdParams& p, int bucket) {
   const int64_t rows = int64_t(p.seqlen_q) * group;
   pl.warps_m = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);
   const bool big = bucket > 128;
-  // The default tiles' shared memory (DecodeTraits::kSmem: Q, a ~96 KB ring of 64-key stages,
-  // the ring of block-table entries, 4 per stage); where the device has less (sm_86 / sm_89:
-  // 99 KB, from d 96 on), the small variant.
-  const int stage = 2 * 64 * bucket * 2, stages = decode_stages(stage, 98304);
-  const int default_smem = 16 * pl.warps_m * bucket * 2 + stages * stage + stages * (64 / 16) * 4;
+  // The default tiles' shared memory (DecodeTraits' defaults: 64-key stages, a ~96 KB ring);
+  // where the device has less (sm_86 / sm_89: 99 KB, from d 96 on), the small variant.
+  const int default_smem = decode_smem_bytes(16 * pl.warps_m, bucket, 64, 98304);
   pl.small_smem = smem_optin_bytes() < default_smem;
   if (pl.small_smem) pl.warps_m = 4;
   const int tile_m = 16 * pl.warps_m;

@@ -31,19 +31,16 @@ struct FwdMaps {
 
 // Compile-time shape of one kernel: head dims, tile, ring depth, consumer schedule, and
 // kExpFma: every kExpFma-th 8-key column block of P takes its exponentials on the FMA units
-// (exp2_fma), the rest on the SFU; 0: all on the SFU. kChains: independent partial max / sum
-// chains per row in the softmax (1: one serial chain of kBN / 4 dependent ops per row; 4
-// measured the same, within 1-2%, interleaved and cold: benchmarks/NOTES.md 2026-12-02).
+// (exp2_fma), the rest on the SFU; 0: all on the SFU.
 // kCrossTile: a persistent CTA issues its next tile's S_0 with this tile's last P V and runs
 // this tile's epilogue under them (an experiment for short tiles; 0 in the package).
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
-          int kChains_ = 4, int kCrossTile_ = 0>
+          int kCrossTile_ = 0>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
-  static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_, kChains = kChains_;
+  static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
   static constexpr bool kCrossTile = kCrossTile_ != 0;
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
-  static_assert(kChains >= 1 && kChains <= kBN / 8, "a chain per n8 block at most");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
   static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
                 "two or three consumer warpgroups of 64 query rows");
@@ -254,8 +251,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     auto turn_end = [&] {
       if constexpr (kSchedule == kPingPong) named_bar_arrive(1 + (c + 1) % kNC, 256);
     };
-    auto issue_qk_slot = [&](int slot) {  // S = Q K^T of K ring slot `slot` (landed)
-      const uint32_t k_base = smem_u32(smem + Cfg::kSmemK + (slot % kStages) * Cfg::kKBytes);
+    auto issue_qk = [&](int it) {  // S = Q K^T of iteration it (its K has landed)
+      const uint32_t k_base =
+          smem_u32(smem + Cfg::kSmemK + ((kv_base + it) % kStages) * Cfg::kKBytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
@@ -266,7 +264,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       wgmma_commit();
     };
-    auto issue_qk = [&](int it) { issue_qk_slot(kv_base + it); };  // of iteration it
     auto issue_pv = [&](int it, const uint32_t (&a)[kBN / 16][4]) {
       const uint32_t v_base =
           smem_u32(smem + Cfg::kSmemV + ((kv_base + it) % kStages) * Cfg::kVBytes);
@@ -302,7 +299,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // 4 lanes share a row
-        constexpr int kC = Cfg::kChains;  // n8 block j feeds chain j % kC
+        // Row max and sum over 4 independent chains (n8 block j feeds chain j % 4), tree-joined;
+        // one serial chain measured the same (interleaved and cold: NOTES.md 2026-12-02).
+        constexpr int kC = kSN < 4 ? kSN : 4;
         float mxc[kC], sc[kC];
 #pragma unroll
         for (int q = 0; q < kC; ++q) mxc[q] = q == 0 ? row_max[r] : -INFINITY, sc[q] = 0.f;
@@ -468,16 +467,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence_operands(o);
         release_v(it);
       };
-      // kCrossTile: the last P V and the next tile's S_0 (its Q and K_0 in ring slot kv_base +
-      // n_iters) in one turn; this tile's epilogue under them once P V has retired.
+      // kCrossTile: the last P V and the next tile's S_0 (its Q, and its K_0 in the ring slot
+      // after this tile's last: "iteration" n_iters) in one turn; this tile's epilogue under
+      // them once P V has retired.
       auto last_merged = [&](int it, const uint32_t (&cur)[kBN / 16][4]) {
-        const int slot = kv_base + n_iters;
         wait_v(it);
         mbar_wait(q_full, (q_count + 1) & 1);
-        mbar_wait(k_full + slot % kStages, (slot / kStages) & 1);
+        wait_k(n_iters);
         turn_begin();
         issue_pv(it, cur);
-        issue_qk_slot(slot);
+        issue_qk(n_iters);
         turn_end();
         wgmma_wait<1>();
         wgmma_fence_operands(o);

@@ -170,8 +170,13 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
   FLASHATTN_LAUNCH_CHECK();
 }
 
-// The kernel of a shape for this call: with the score transform when softcap or ALiBi is on
-// (or the scale is <= 0: max-then-scale needs it > 0).
+// Whether a call needs the score-transform kernel: softcap or ALiBi on, or a scale <= 0
+// (max-then-scale needs it > 0).
+inline bool fwd_score_mod(const FwdParams& p) {
+  return p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
+}
+
+// The kernel of a shape for this call: with the score transform where fwd_score_mod says so.
 template <class Cfg, typename Element>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
   if (p.dropout_threshold > 0) {  // the score transform switched inside
@@ -180,7 +185,7 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
 #else
     throw std::runtime_error("flashattn sm90 fwd: built with FLASHATTN_DISABLE_DROPOUT");
 #endif
-  } else if (p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
+  } else if (fwd_score_mod(p))
     launch_fwd_sm90_kernel<Cfg, Element, true>(p, stream, g);
   else
     launch_fwd_sm90_kernel<Cfg, Element, false>(p, stream, g);
@@ -194,8 +199,7 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   constexpr FwdTile kGlobal = fwd_tile(kD, kDv, false), kLocal = fwd_tile(kD, kDv, true);
   constexpr FwdTile kLong = fwd_tile_long(kD, kDv);
   if constexpr (kLong.block_m > 0) {
-    const bool plain = p.dropout_threshold <= 0 && !(p.softcap > 0.f) &&
-                       p.alibi_slopes == nullptr && p.softmax_scale > 0.f;
+    const bool plain = p.dropout_threshold <= 0 && !fwd_score_mod(p);
     if (plain && p.window_left < 0 && p.window_right < 0 && p.seqlen_k >= kLongKeys &&
         smem_optin_bytes() >= fwd_smem_bytes(kLong, kD, kDv)) {
       using Long = FwdConfig<kD, kDv, kLong.block_m, kLong.block_n, kLong.stages, kLong.schedule>;

@@ -31,15 +31,12 @@ using bf16 = __nv_bfloat16;
 constexpr int kD = SELFTEST_D;
 
 // The shapes timed against each other: the package's (first) and the alternatives.
-template <int kBM, int kBN, int kStages, int kSchedule, int kExpFma = 0, int kChains = 4>
-using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule, kExpFma, kChains>;
-// The package's tile with one serial max / sum chain per row (the softmax before 2026-12-02).
-template <class P>
-using OneChain = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1>;
+template <int kBM, int kBN, int kStages, int kSchedule, int kExpFma = 0>
+using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule, kExpFma>;
 // The package's tile with the cross-tile pipeline (the next tile's S_0 under this one's last
 // P V and epilogue).
 template <class P>
-using CrossTile = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 4, 1>;
+using CrossTile = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1>;
 struct Candidate {
   const char* name;
   void (*run)(const FwdParams&);
@@ -74,7 +71,6 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg 1 chain", run90<OneChain<Pkg>>},
     {"pkg cross-tile", run90<CrossTile<Pkg>>},
     {"192x128 ov", run90<Cfg<192, 128, 2, kOverlap>>},
     {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
@@ -89,7 +85,6 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg 1 chain", run90<OneChain<Pkg>>},
     {"pkg cross-tile", run90<CrossTile<Pkg>>},
     {"128x128 ov", run90<Cfg<128, 128, 2, kOverlap>>},
     {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
@@ -103,7 +98,6 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg 1 chain", run90<OneChain<Pkg>>},
     {"pkg cross-tile", run90<CrossTile<Pkg>>},
     {"128x80 pp", run90<Cfg<128, 80, 2, kPingPong>>},
     {"128x64 ov", run90<Cfg<128, 64, 2, kOverlap>>},
