@@ -64,6 +64,7 @@ __all__ = [
     "paged_varlen_ref",
     "philox4x32_10_ref",
     "dropout_threshold_ref",
+    "dropout_scale_ref",
     "dropout_keep_ref",
     "ref_and_lowp_ext",
     "block_mask_elements",
@@ -448,6 +449,12 @@ def dropout_threshold_ref(p):
     if p <= 0:
         return 0
     return min(255, max(1, int(np.float32(p) * np.float32(256) + np.float32(0.5))))
+
+
+def dropout_scale_ref(p):
+    """params.h's scale of the kept entries: flash-attn's 1 / (1 - p) of the p asked for (float32
+    as the kernels hold it); 1 without dropout."""
+    return float(np.float32(1.0 / (1.0 - p))) if dropout_threshold_ref(p) else 1.0
 
 
 def dropout_keep_ref(rng_state, batch, nheads, sq, sk, dropout_p, row0=0, col0=0):

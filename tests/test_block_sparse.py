@@ -5,9 +5,8 @@ forms and broadcasts, block sizes 128x128 / 64x64 / non-square, odd lengths endi
 block, causal / window / GQA / softcap / ALiBi / dropout / sinks); rows with every tile
 dropped; dropped tiles never read; bad masks; clamped metadata; opcheck; torch.compile.
 
-On CUDA the kernels are not built yet: the calls raise flashattn's "block-sparse attention on
-CUDA is not built yet (issue 16)", which conftest turns into a skip giving that reason (a
-failure under FLASHATTN_REQUIRE_CUDA=1), as for dropout.
+On CUDA the sm80 block-sparse kernels run (also on Hopper: the sm90 kernels take no block
+mask); their tiles must nest in the mask's blocks (test_block_sparse_cuda_kernels).
 """
 import pytest
 import torch
@@ -16,7 +15,7 @@ import flashattn
 from helpers import (DEVICES, DTYPES, HEADS, alibi_slopes, assert_close, case_id, check_results,
                      covering_set, cuda_case_params, dtypes_for, rand, skip_if_no_kernel)
 from reference import (attn_probs_ref, block_mask_elements, dropout_keep_ref,
-                       dropout_threshold_ref, ref_and_lowp_ext)
+                       dropout_scale_ref, ref_and_lowp_ext)
 
 SHAPES = {"113x203": (113, 203), "300x257": (300, 257), "1x239": (1, 239), "239x1": (239, 1),
           "128x128": (128, 128), "200x77": (200, 77)}
@@ -92,7 +91,7 @@ def run_case(device, c, seed):
         torch.manual_seed(seed + 1)  # the draw block_sparse_attn_func made
         rng = flashattn.interface._rng_state(q, p).cpu()
         extra = dict(dropout_keep=dropout_keep_ref(rng, B, H, sq, sk, p),
-                     dropout_scale=256 / (256 - dropout_threshold_ref(p)))
+                     dropout_scale=dropout_scale_ref(p))
         kept = block_mask_elements(dense, bs, sq, sk).expand(B, H, sq, sk)
         assert (s_dmask[:, :, :sq, :sk][~kept] == 0).all(), "S is nonzero on a dropped tile"
         # |S| = exp(s - m) on the kept tiles, m the max over every causally visible key (the
@@ -145,12 +144,10 @@ def test_block_sparse(device, c, seed):
 
 
 @pytest.mark.parametrize("device,c", cuda_case_params(_factors, seed=17))
-def test_block_sparse_cuda_kernels(device, c, seed, monkeypatch):
-    """The sm80 block-sparse kernels (off by default until a GPU run verifies them:
-    FLASHATTN_CUDA_BLOCK_SPARSE=1), forward and backward, on the covering set. Their tiles
+def test_block_sparse_cuda_kernels(device, c, seed):
+    """The sm80 block-sparse kernels, forward and backward, on the covering set. Their tiles
     must nest in the mask's blocks (the kernels raise naming both sizes otherwise): such a
     case skips with that message."""
-    monkeypatch.setenv("FLASHATTN_CUDA_BLOCK_SPARSE", "1")
     try:
         run_case(device, c, seed)
     except RuntimeError as err:
@@ -376,15 +373,16 @@ def test_compile(device, dynamic, form):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_raises_named_error(monkeypatch):
-    """Never silently dense: a CUDA call (and the op under kernel choice) raises, named, unless
-    FLASHATTN_CUDA_BLOCK_SPARSE=1 turns the (not yet verified) sm80 kernels on."""
-    monkeypatch.delenv("FLASHATTN_CUDA_BLOCK_SPARSE", raising=False)
+def test_cuda_all_kept_is_dense():
+    """A CUDA call with every block kept runs the block-sparse kernels (no error, by default)
+    and gives the dense kernel's numbers up to rounding: out within a few bf16 ulps, the lse
+    within float32 accumulation."""
     q, k, v = _inputs("cuda", dtype=torch.bfloat16)
     mask = torch.ones(1, 1, 2, 2, dtype=torch.bool, device="cuda")
-    with pytest.raises(RuntimeError, match=r"block-sparse attention on CUDA is not built yet "
-                                           r"\(issue 16\)"):
-        flashattn.block_sparse_attn_func(q, k, v, mask)
+    out, lse, _ = flashattn.block_sparse_attn_func(q, k, v, mask, return_attn_probs=True)
+    ref, ref_lse, _ = flashattn.flash_attn_func(q, k, v, return_attn_probs=True)
+    torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-4)
 
 
 def test_flex_block_mask():
@@ -457,7 +455,7 @@ def test_block_sparse_varlen(device, c, seed):
     for b in range(B):
         q0, q1, k0, k1 = cu_q[b].item(), cu_q[b + 1].item(), cu_k[b].item(), cu_k[b + 1].item()
         extra = {} if keep is None else dict(
-            dropout_keep=keep[b:b + 1], dropout_scale=256 / (256 - dropout_threshold_ref(p)))
+            dropout_keep=keep[b:b + 1], dropout_scale=dropout_scale_ref(p))
         sl = lambda t, a, e: t.detach().cpu()[a:e].unsqueeze(0)  # noqa: E731
         parts.append(ref_and_lowp_ext(
             sl(q, q0, q1), sl(k, k0, k1), sl(v, k0, k1), sl(dout, q0, q1),

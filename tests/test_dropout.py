@@ -9,6 +9,7 @@ error, which conftest turns into a skip giving that reason, and into a failure u
 FLASHATTN_REQUIRE_CUDA=1 (the GPU job), as for any missing kernel.
 """
 import math
+import os
 
 import numpy as np
 import pytest
@@ -17,8 +18,8 @@ import torch
 import flashattn
 from helpers import (DEVICES, DTYPES, HEADS, alibi_slopes, assert_close, case_id, check_results,
                      covering_set, cuda_case_params, dtypes_for, rand, skip_if_no_kernel)
-from reference import (attn_probs_ref, dropout_keep_ref, dropout_threshold_ref, philox4x32_10_ref,
-                       ref_and_lowp_ext, visible_mask)
+from reference import (attn_probs_ref, dropout_keep_ref, dropout_scale_ref, dropout_threshold_ref,
+                       philox4x32_10_ref, ref_and_lowp_ext, visible_mask)
 
 # Layouts: padded (seqlen_q, seqlen_k), or varlen (lens_q, lens_k) with zero-length sequences.
 SHAPES = {
@@ -108,7 +109,7 @@ def run_case(device, c, seed, bwd_path=None):
             assert not bad.any(), f"S's mask differs from Philox at {int(bad.sum())} places"
             assert (s_dmask[b, :, lens_q[b]:].cpu() == 0).all()
             assert (s_dmask[b, :, :, lens_k[b]:].cpu() == 0).all()
-        extra = dict(dropout_keep=~dropped_s, dropout_scale=256 / (256 - dropout_threshold_ref(p)))
+        extra = dict(dropout_keep=~dropped_s, dropout_scale=dropout_scale_ref(p))
     else:
         assert s_dmask is None
     qr, kr, vr = (t.detach().cpu() for t in (q, k, v))
@@ -360,9 +361,25 @@ def test_dropout_arguments(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_kernel_path(device):
-    """CPU runs dropout and sinks; on CUDA dropout runs on the sm80 kernels in both directions
-    (the sm90 and decode kernels have none), a sink wherever the call would run without it."""
+def _sm90_dropout_on(direction):
+    """launch_fwd_sm90.cuh / launch_bwd_sm90.cuh's switches, read per call: the sm90 dropout
+    forward is on unless FLASHATTN_SM90_DROPOUT=0, its backward only under
+    FLASHATTN_SM90_DROPOUT_BWD=1."""
+    if direction == "fwd":
+        return os.environ.get("FLASHATTN_SM90_DROPOUT") != "0"
+    return os.environ.get("FLASHATTN_SM90_DROPOUT_BWD") == "1"
+
+
+@pytest.mark.parametrize("switch", [None, "0", "1"])
+def test_kernel_path(device, switch, monkeypatch):
+    """CPU runs dropout and sinks; on CUDA a dropout call runs where the call without it would
+    when that is sm90 and its sm90 dropout kernel is switched on, else on the sm80 kernels
+    (the decode kernels have none); a sink wherever the call would run without it."""
+    for name in ("FLASHATTN_SM90_DROPOUT", "FLASHATTN_SM90_DROPOUT_BWD"):
+        if switch is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, switch)
     q = rand([1, 8, 2, 64], torch.bfloat16, device)
     sink = torch.zeros(2, device=device)
     for direction in ("fwd", "bwd"):
@@ -372,7 +389,9 @@ def test_kernel_path(device):
             if device == "cpu":
                 assert path == "cpu"
             elif "dropout_p" in kw:
-                assert path in ("sm80", "sm80-ptx"), path
+                sm90 = plain == "sm90" and _sm90_dropout_on(direction)
+                assert path == "sm90" if sm90 else path in ("sm80", "sm80-ptx"), \
+                    (direction, switch, path, plain)
             else:
                 assert path == plain, (path, plain)
 

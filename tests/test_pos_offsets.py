@@ -17,7 +17,7 @@ import torch
 
 import flashattn  # noqa: F401  (registers the ops)
 from helpers import DEVICES, alibi_slopes, assert_close, check_results, rand
-from reference import dropout_keep_ref, dropout_threshold_ref, ref_and_lowp_ext
+from reference import dropout_keep_ref, dropout_scale_ref, ref_and_lowp_ext
 
 ops = torch.ops.flashattn
 I32 = torch.int32
@@ -65,7 +65,7 @@ def test_padded_matches_reference(device, case):
                        q_pos_offset=qo, k_pos_offset=ko)
     grads = torch.autograd.grad(out, leaves, dout)
     ours = dict(out=out, lse=lse, dq=grads[0], dk=grads[1], dv=grads[2])
-    scale = 256 / (256 - dropout_threshold_ref(p)) if p else 1.0
+    scale = dropout_scale_ref(p)
     refs, lows = [], []
     for b, (a, c) in enumerate(offsets):  # the reference takes one offset pair per call
         kw = dict(causal=causal, window_size=window, softcap=softcap, pos_offset=(a, c),
@@ -110,7 +110,7 @@ def test_varlen_matches_reference(device, case):
                               k_pos_offset=ko)
     grads = torch.autograd.grad(out, leaves, dout)
     ours = dict(out=out, lse=lse, dq=grads[0], dk=grads[1], dv=grads[2])
-    scale = 256 / (256 - dropout_threshold_ref(p)) if p else 1.0
+    scale = dropout_scale_ref(p)
     bounds = list(zip(cu.tolist(), cu.tolist()[1:]))
     refs, lows = [], []
     for b, ((x0, x1), (a, c)) in enumerate(zip(bounds, offsets)):

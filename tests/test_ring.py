@@ -33,7 +33,7 @@ from flashattn.distributed.layout import _unshard
 from flashattn.distributed.ring import _position_calls, _step_calls, _step_pair, _VarlenRows
 from flashattn.interface import _rng_state
 from helpers import assert_close, check_results, rand
-from reference import (attention_ref, dropout_keep_ref, dropout_threshold_ref, ref_and_lowp,
+from reference import (attention_ref, dropout_keep_ref, dropout_scale_ref, ref_and_lowp,
                        ref_and_lowp_ext, ref_and_lowp_varlen, visible_mask)
 
 HAVE_GLOO = dist.is_available() and dist.is_gloo_available()
@@ -590,7 +590,7 @@ def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
             S = max(case["seqlens"])
             opts["dropout_keep"] = dropout_keep_ref(rng, batch, case["heads"][0], S, S,
                                                     case["dropout"])
-            opts["dropout_scale"] = 256 / (256 - dropout_threshold_ref(case["dropout"]))
+            opts["dropout_scale"] = dropout_scale_ref(case["dropout"])
             opts["out_used"] = ours["out"]  # the backward's D is from the stored out
         cu = (data["cu"], data["cu"]) if case["varlen"] else None
         ref, low = ref_and_lowp_ext(data["q"], data["k"], data["v"], data["dout"],

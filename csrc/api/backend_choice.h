@@ -74,14 +74,6 @@ inline Backend sm80_or_fail(const char* what) {
 #endif
 }
 
-// Issue 16's block-sparse attention has a CPU backend and a contract (params.h) but no CUDA
-// kernels yet: a CUDA call with a block mask raises, named, rather than run dense.
-[[noreturn]] inline void fail_cuda_block_sparse() {
-  fail("block-sparse attention on CUDA is not built yet (issue 16): the sm80 block-sparse "
-       "kernels are written but not yet verified on a GPU (FLASHATTN_CUDA_BLOCK_SPARSE=1 turns "
-       "them on); block-sparse attention runs on CPU tensors");
-}
-
 // Issue 14's FP8 forward likewise (CPU backend and contract only): never another dtype's kernel.
 // The kernel will be sm_90a code (e4m3 WGMMA): other GPUs get the first error for good.
 [[noreturn]] inline void fail_cuda_fp8() {
@@ -94,14 +86,6 @@ inline Backend sm80_or_fail(const char* what) {
          "this GPU has compute capability ", cc / 10, ".", cc % 10, "; FP8 runs on CPU tensors");
   fail("the sm90 FP8 kernel is not built yet (issue 14): FP8 (float8_e4m3fn) attention runs "
        "on CPU tensors only for now");
-}
-
-// The sm80 block-sparse kernels (written 2026-12-02 after that session's GPU time) run only
-// under FLASHATTN_CUDA_BLOCK_SPARSE=1 until a GPU run has their tests pass; otherwise the
-// named error above (read per call: tests switch it).
-inline bool cuda_block_sparse_enabled() {
-  const char* env = std::getenv("FLASHATTN_CUDA_BLOCK_SPARSE");
-  return env != nullptr && std::string(env) == "1";
 }
 
 // Issue 17's position offsets (CPU backend and contract only): a CUDA call with
@@ -129,7 +113,6 @@ inline void check_cuda_has_features(const FwdParams& p) {
 #ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
   if (p.kv_num_blocks != nullptr) fail_no_block_sparse_build();
 #endif
-  if (p.kv_num_blocks != nullptr && !cuda_block_sparse_enabled()) fail_cuda_block_sparse();
   if (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr) fail_cuda_pos_offsets();
 }
 
@@ -193,7 +176,6 @@ inline Backend choose_bwd(const BwdParams& p) {
 #ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
   if (p.q_num_blocks != nullptr) fail_no_block_sparse_build();
 #endif
-  if (p.q_num_blocks != nullptr && !cuda_block_sparse_enabled()) fail_cuda_block_sparse();
 #ifdef FLASHATTN_DISABLE_BACKWARD
   (void)p;
   (void)force;

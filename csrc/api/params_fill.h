@@ -150,7 +150,8 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
     p.sink_ptr = static_cast<const float*>(opt.learnable_sink->data_ptr());
   p.dropout_p = static_cast<float>(opt.dropout_p);
   p.dropout_threshold = dropout_threshold_u8(p.dropout_p);
-  p.dropout_scale = 256.f / static_cast<float>(256 - p.dropout_threshold);
+  // flash-attn's scale, 1 / (1 - p) of the p asked for (params.h: not of the quantised p).
+  p.dropout_scale = p.dropout_threshold ? static_cast<float>(1.0 / (1.0 - opt.dropout_p)) : 1.f;
   if (opt.rng_state.has_value())
     p.rng_state = static_cast<const int64_t*>(opt.rng_state->data_ptr());
   p.block_m = static_cast<int32_t>(opt.block_m);

@@ -55,7 +55,9 @@ enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2, kFloat8E
 // P (and the lse) are those of the undropped softmax, as in flash-attn; the sink is never
 // dropped. p is quantised to 8 bits: dropout_threshold = max(1, round(p * 256)) (at most
 // 255), a column is dropped iff its Philox byte < dropout_threshold, so the effective p is
-// p_q = threshold / 256 and dropout_scale = 1 / (1 - p_q) keeps E[out] exact.
+// p_q = threshold / 256; dropout_scale = 1 / (1 - p) of the p asked for, flash-attn's scale
+// (its tests recompute the output from the mask that S encodes with that scale), so E[out]
+// is the undropped out times (1 - p_q) / (1 - p): within 1 / (512 (1 - p)) of it.
 //
 // FP8 forward (dtype == kFloat8E4M3, issue 14): q, k, v hold e4m3 codes, and every formula
 // above applies to the dequantized inputs, per sequence b and KV head hk = h / (nheads /
@@ -134,7 +136,7 @@ struct FwdParams {
   // (never a host copy), so a captured graph replays with the values of each replay.
   float dropout_p = 0.f;              // as passed, for checks and messages
   uint32_t dropout_threshold = 0;     // in [0, 255]: dropout_threshold_u8(dropout_p)
-  float dropout_scale = 1.f;          // 256 / (256 - dropout_threshold)
+  float dropout_scale = 1.f;          // 1 / (1 - dropout_p) (1 without dropout)
   const int64_t* rng_state = nullptr;
 
   // attn_probs (return_attn_probs=True): S (batch, nheads, s_rows, s_cols) in q's dtype, rows
