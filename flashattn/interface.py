@@ -603,8 +603,8 @@ def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
     Arguments: those of flash_attn_func (padded) or flash_attn_varlen_func (with cu_seqlens_q/k;
     max_seqlen_q/k default to the row counts). Raises RuntimeError saying why when no kernel of
     this build can run the call, or when the call uses a feature the CUDA kernels do not have
-    yet (a block mask: issue 16; float8_e4m3fn inputs: issue 14, whose direction="bwd"
-    raises on every device: FP8 is forward only).
+    yet (float8_e4m3fn inputs: issue 14, whose direction="bwd" raises on every device: FP8
+    is forward only).
     """
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, learnable_sink, draw_rng=False)

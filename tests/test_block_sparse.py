@@ -21,6 +21,8 @@ SHAPES = {"113x203": (113, 203), "300x257": (300, 257), "1x239": (1, 239), "239x
           "128x128": (128, 128), "200x77": (200, 77)}
 BLOCKS = {"128x128": (128, 128), "64x64": (64, 64), "64x128": (64, 128), "128x32": (128, 32)}
 HD = [(32, 32), (59, 59), (64, 64), (128, 128), (96, 64)]
+# Blocks of whole sm90 block-sparse tiles (128 x 128): test_block_sparse_sm90_forward.
+SM90_BLOCKS = {"128x128": (128, 128), "256x128": (256, 128), "128x256": (128, 256)}
 
 
 def _nblocks(sq, sk, bs):
@@ -67,7 +69,7 @@ def run_case(device, c, seed):
     p = c["p"]
     skip_if_no_kernel(device, dtype, d, dv)
     sq, sk = SHAPES[c["shape"]]
-    bs = BLOCKS[c["block"]]
+    bs = {**BLOCKS, **SM90_BLOCKS}[c["block"]]
     B = 2
     nq, nk = _nblocks(sq, sk, bs)
     mb, mh = {"bh": (B, H), "b1": (B, 1), "11": (1, 1)}[c["bcast"]]
@@ -405,6 +407,30 @@ VARLEN = {"mixed": ([113, 0, 1, 57], [203, 5, 239, 57]), "long": ([300, 130], [2
 def _cu(lens, device):
     return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32,
                         device=device)
+
+
+def _sm90_factors(device):
+    """The calls the sm90 forward's block-sparse kernels take: padded batches, the head dims
+    with a 128 x 128 block-sparse tile (tile_fwd_sm90.h: d <= 64, d <= 128, 192 x 128; 32 and
+    96 in the buckets above), blocks of whole tiles."""
+    return dict(_factors(device), hd=[(128, 128), (96, 64), (192, 128), (64, 64), (32, 32)],
+                block=list(SM90_BLOCKS))
+
+
+@pytest.mark.parametrize("device,c", cuda_case_params(_sm90_factors, seed=19))
+def test_block_sparse_sm90_forward(device, c, seed, monkeypatch):
+    """The covering set's checks with the forward forced onto sm90 (its tile lists in shared
+    memory, kernel_fwd_sm90.cuh; the backward runs sm80), on calls it takes: a refusal fails
+    here (it would be a skip elsewhere). Other GPUs skip every case."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 forward runs on compute capability 9.0 only")
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    try:
+        run_case(device, c, seed)
+    except RuntimeError as err:
+        if "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take" in str(err):
+            raise AssertionError(f"the sm90 forward refused a block-sparse call: {err}") from None
+        raise
 
 
 def _varlen_factors(device):

@@ -41,6 +41,30 @@ def run_varlen(lens_q, lens_k, h, hk, d, dtype, **kw):
     print("varlen", lens_q, lens_k, h, hk, d, dtype, kw, "ok", flush=True)
 
 
+def run_sparse(b, sq, sk, h, hk, d, dv, dtype, block=(128, 128), compressed=False,
+               forward_only=False, **kw):
+    """block_sparse_attn_func on a random half of the blocks, the first query block's row
+    all dropped; compressed: the pair form with counts and indices out of range (clamped)."""
+    q = torch.randn(b, sq, h, d, device=dev, dtype=dtype, requires_grad=True)
+    k = torch.randn(b, sk, hk, d, device=dev, dtype=dtype, requires_grad=True)
+    v = torch.randn(b, sk, hk, dv, device=dev, dtype=dtype, requires_grad=True)
+    nq, nk = -(-sq // block[0]), -(-sk // block[1])
+    mask = torch.rand(b, h, nq, nk, device=dev) < 0.5
+    mask[:, :, 0] = False
+    if compressed:
+        num = mask.sum(-1, dtype=torch.int32)
+        idx = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        num[:, :, -1] = nk + 7          # a count past n_kblocks
+        idx[:, :, -1, 0] = -3           # and indices outside [0, n_kblocks)
+        idx[:, :, -1, -1] = nk + 100
+        mask = (num, idx)
+    out = flashattn.block_sparse_attn_func(q, k, v, mask, block, **kw)
+    if not forward_only:
+        out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+    print("sparse", b, sq, sk, h, hk, d, dv, dtype, block, compressed, kw, "ok", flush=True)
+
+
 bf16, fp16 = torch.bfloat16, torch.float16
 
 
@@ -73,6 +97,15 @@ def sm90_cases():
                alibi_slopes=torch.rand(2, 4, device=dev))
     run_varlen([130, 0, 257], [300, 5, 199], 2, 2, 256, bf16, softcap=2.0,
                alibi_slopes=torch.rand(2, device=dev))
+    # Block-sparse (the sm90 forward's tile lists; the sm80 backward): d128, d64, d192 x 128,
+    # causal, partial tiles, clamped metadata, dropout and softcap (the switched kernel), a
+    # persistent grid (more tiles than SMs), 256-key blocks (two kernel tiles per block)
+    run_sparse(2, 300, 700, 4, 2, 128, 128, bf16, causal=True)
+    run_sparse(1, 333, 520, 2, 1, 128, 128, fp16, compressed=True)
+    run_sparse(1, 260, 333, 2, 2, 192, 128, bf16, forward_only=True)
+    run_sparse(1, 390, 300, 4, 4, 64, 64, fp16, causal=True)  # d64's own 128 x 128 tile
+    run_sparse(1, 300, 420, 4, 2, 128, 128, bf16, dropout_p=0.2, softcap=5.0)
+    run_sparse(2, 1100, 1500, 8, 2, 128, 128, bf16, block=(256, 256), forward_only=True)
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

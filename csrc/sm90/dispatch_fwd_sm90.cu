@@ -41,6 +41,13 @@ const char* fwd_unsupported_here(const FwdParams& p) {
   if (smem_optin_bytes() < fwd_smem_of_variant(v))
     return "the shared memory per block (FLASHATTN_SMEM_LIMIT or the GPU's is below the "
            "kernel's)";
+  if (p.kv_num_blocks != nullptr) {
+    const FwdTile t = fwd_sparse_tile_of_call(p);
+    if (smem_optin_bytes() < fwd_smem_bytes(t, kFwdHeadDimsQK[v], kFwdHeadDimsV[v]) +
+                                 fwd_sparse_smem_bytes(fwd_sparse_list_cap(p, t.block_n)))
+      return "a block mask with more key tiles than the shared memory's tile lists hold (the "
+             "sm80 kernels run it)";
+  }
   if (!headdim_built(variant_bucket(v)))
     return "its head-dim bucket, left out of this build (FLASHATTN_HEADDIMS)";
   return nullptr;

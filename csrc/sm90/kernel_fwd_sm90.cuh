@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/block_sparse_tiles.cuh"
 #include "../common/dropout_lanes.cuh"
 #include "../common/mask.h"
 #include "../common/params.h"
@@ -108,14 +109,26 @@ __device__ __forceinline__ FwdTileInfo fwd_tile_info(const FwdParams& p, int til
 // (the masked one, for causal) down. Has_dropout (params.h): Z on P before P V, the score
 // transform then a run-time switch (one instantiation for both); the sink is a run-time epilogue
 // option of every variant.
-template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false>
+// Is_sparse (params.h's block mask, padded batches, block_m a multiple of kBM and block_n of
+// kBN; list_cap > 0; with Has_dropout, dropout too is a run-time switch, as the score
+// transform): the producer warpgroup's second warp lists each tile's kernel key blocks (its
+// mask query block's kept key blocks, split into kBN tiles, that meet the visible keys;
+// block_sparse_tiles.cuh) in one of two shared-memory lists in turn, past the mbarriers
+// (fwd_sparse_smem_bytes), up to two tiles ahead; the loading thread and the consumers walk
+// that list where they walk the key blocks down otherwise, and release it (its empty
+// mbarrier counts them all). A tile with an empty list writes O = 0 and lse = -inf (the sink).
+template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
+          bool Is_sparse = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
-                    int group, int deal) {
+                    int group, int deal, int list_cap) {
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kD = Cfg::kD, kDv = Cfg::kDv;
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
   constexpr int kFmaMod = Cfg::kExpFma > 0 ? Cfg::kExpFma : 1;  // (no % 0 when off)
+  // The producer's registers: 32 where its warp builds block-sparse lists (24 spill there).
+  constexpr int kProducerRegs = Is_sparse ? 32 : Cfg::kProducerRegs;
+  static_assert(kProducerRegs + kNC * Cfg::kConsumerRegs <= 512, "the register file");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -125,6 +138,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* k_empty = k_full + kStages;
   uint64_t* v_full = k_empty + kStages;
   uint64_t* v_empty = v_full + kStages;
+  // Block-sparse: list_full / list_empty [2], list_count [2], then lists [2][list_cap].
+  constexpr bool sparse = Is_sparse;
+  uint64_t* list_full = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBar + 128);
+  uint64_t* list_empty = list_full + 2;
+  int* list_count = reinterpret_cast<int*>(list_full + 4);
+  int* lists = reinterpret_cast<int*>(smem + Cfg::kSmemBar + 128 + 64);
   const int m_blocks = (p.seqlen_q + kBM - 1) / kBM;
   const int num_tiles = m_blocks * p.nheads * p.batch;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
@@ -137,20 +156,68 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_init(k_empty + s, kNC * 128);  // every consumer thread
       mbar_init(v_empty + s, kNC * 128);
     }
+    if (sparse)
+      for (int i = 0; i < 2; ++i) {
+        mbar_init(list_full + i, 1);
+        mbar_init(list_empty + i, kNC * 128 + 1);  // the consumers and the loading thread
+      }
     mbar_init_fence();
   }
   __syncthreads();
 
-  if (wg == 0) {  // producer: one thread issues every copy
-    setmaxnreg_dec<Cfg::kProducerRegs>();
+  if (wg == 0) {  // producer: one thread issues every copy (block-sparse: warp 1 lists)
+    setmaxnreg_dec<kProducerRegs>();
+    if constexpr (sparse) {
+      if (t / 32 == 1) {  // the lists, for the tiles the consumers take (empty ones too)
+        const int lane = t % 32;
+        int list_uses = 0;
+        for (int k = 0;; ++k) {
+          const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
+          if (tile == kNoTile) break;
+          if (tile == kSkipTile) continue;
+          const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
+          if (ti.m0 >= ti.si.seqlen_q) continue;
+          const int buf = list_uses & 1, use = list_uses >> 1;
+          ++list_uses;
+          if (use > 0) mbar_wait(list_empty + buf, (use - 1) & 1);
+          const SparseAxes axes{p.kv_num_blocks, p.kv_indices,
+                                ti.b * p.bs_batch_stride + ti.h * p.bs_head_stride,
+                                p.n_qblocks, p.n_kblocks, p.block_m, p.block_n};
+          const int cnt = build_sparse_tiles<kBM, kBN>(axes, ti.m0, ti.si.seqlen_q, ti.kbl.lo,
+                                                       ti.kbl.hi, lists + buf * list_cap,
+                                                       nullptr, list_cap, lane);
+          __syncwarp();  // the lanes' entries before the arrive (release) publishes them
+          if (lane == 0) {
+            list_count[buf] = min(cnt, list_cap);
+            mbar_arrive(list_full + buf);
+          }
+        }
+        return;
+      }
+    }
     if (t != 0) return;
     int kv_count = 0, q_count = 0;  // K / V iterations and Q loads so far
+    int list_uses = 0;              // block-sparse lists taken
     for (int k = 0;; ++k) {
       const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
       if (tile == kNoTile) break;
       if (tile == kSkipTile) continue;
       const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
-      if (ti.n_iters == 0) continue;
+      int n_iters = ti.n_iters;
+      uint32_t list_addr = 0;  // block-sparse: this tile's list
+      if constexpr (sparse) {
+        if (ti.m0 >= ti.si.seqlen_q) continue;
+        const int buf = list_uses & 1;
+        mbar_wait(list_full + buf, (list_uses >> 1) & 1);
+        ++list_uses;
+        n_iters = list_count[buf];
+        list_addr = smem_u32(lists + buf * list_cap);
+        if (n_iters == 0) {
+          mbar_arrive(list_empty + buf);
+          continue;
+        }
+      }
+      if (n_iters == 0) continue;
       const int tb = p.is_varlen ? 0 : ti.b;  // TMA rows: q_row0 / k_row0 + r
       const int q_row = static_cast<int>(ti.si.q_row0) + ti.m0;
       const int k_row = static_cast<int>(ti.si.k_row0);
@@ -170,7 +237,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // K or V of the tile's iteration it, into ring slot kv_count + it once it is free.
       auto load_kv = [&](bool is_k, int it) {
         const int slot = kv_count + it, stage = slot % kStages, use = slot / kStages;
-        const int n0 = (ti.kbl.hi - 1 - it) * kBN;
+        const int n0 = (sparse ? ld_shared_s32(list_addr + 4 * it) : ti.kbl.hi - 1 - it) * kBN;
         uint64_t* full = (is_k ? k_full : v_full) + stage;
         if (use > 0) mbar_wait((is_k ? k_empty : v_empty) + stage, (use - 1) & 1);
         mbar_arrive_expect_tx(full, is_k ? Cfg::kKBytes : Cfg::kVBytes);
@@ -185,12 +252,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // them in (FA3's). The former K_j, V_j order measured the same (NOTES.md, 2026-12-02).
       load_kv(true, 0);
       load_q();
-      for (int it = 1; it < ti.n_iters; ++it) {
+      for (int it = 1; it < n_iters; ++it) {
         load_kv(true, it);
         load_kv(false, it - 1);
       }
-      load_kv(false, ti.n_iters - 1);
-      kv_count += ti.n_iters;
+      load_kv(false, n_iters - 1);
+      kv_count += n_iters;
+      if constexpr (sparse) mbar_arrive(list_empty + ((list_uses - 1) & 1));
     }
     return;
   }
@@ -203,10 +271,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const float scale_log2 = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
   DropoutRng rng{};
   if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0);
+  const bool drop_on = Has_dropout && (!Is_sparse || p.dropout_threshold > 0);
   const bool has_cap = p.softcap > 0.f;
   const float cap = p.softcap, inv_cap = has_cap ? 1.f / p.softcap : 0.f;
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
-  int kv_base = 0, q_count = 0;  // as the producer counts them
+  int kv_base = 0, q_count = 0, list_uses = 0;  // as the producer counts them
   float s[kBN / 2];        // S (then P) of the current key block
   bool s0_ready = false;   // kCrossTile: this tile's S_0 is in s already (the last tile issued it)
   for (int k = 0;; ++k) {
@@ -215,7 +284,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (tile == kSkipTile) continue;
     const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
     if (ti.m0 >= ti.si.seqlen_q) continue;  // varlen: past this sequence
-    const int n_iters = ti.n_iters;
+    int n_iters = ti.n_iters;
+    uint32_t list_addr = 0;  // block-sparse: this tile's list (warp 1 of the producers')
+    if constexpr (sparse) {
+      const int buf = list_uses & 1;
+      mbar_wait(list_full + buf, (list_uses >> 1) & 1);
+      ++list_uses;
+      n_iters = list_count[buf];
+      list_addr = smem_u32(lists + buf * list_cap);
+    }
     if constexpr (Has_dropout) rng.b = ti.b, rng.h = ti.h;
     const int row0 = ti.m0 + c * 64 + warp * 16 + lane / 4;  // this thread's rows: +0, +8
     int kb[2], ke[2];
@@ -277,7 +354,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Masks S of iteration it, updates the row max and sums (alpha: the factor O still
     // needs), and packs P = exp2(S * scale - max) into `a` as the A operand of P V.
     auto softmax = [&](int it, uint32_t (&a)[kBN / 16][4]) {
-      const int n0 = (ti.kbl.hi - 1 - it) * kBN;
+      const int n0 = (sparse ? ld_shared_s32(list_addr + 4 * it) : ti.kbl.hi - 1 - it) * kBN;
       if (Has_score_mod || (Has_dropout && score_mod_on)) {
         const float slope = alibi_slope(p, ti.b, ti.h);
         const int diag = row0 + ti.si.seqlen_k - ti.si.seqlen_q - n0 - (lane % 4) * 2;
@@ -349,7 +426,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // that half's word: one byte permute widens them to 16-bit masks (2 ops per 2
       // elements). Lanes pair 16-column blocks (dropout_lanes.cuh); an odd count's last block
       // is drawn by both lanes of a pair.
-      if constexpr (Has_dropout) {
+      if (drop_on) {
         constexpr int kNB = kBN / 16;
         const int I = (ti.m0 + c * 64 + warp * 16) >> 4, J0 = n0 >> 4;
         auto apply = [&](int kk, const uint32_t (&w)[2]) {
@@ -417,7 +494,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int tile_n = fwd_tile_of(k + 1, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
       if (tile_n >= 0) {
         const FwdTileInfo tn = fwd_tile_info<kBM, kBN>(p, tile_n, m_blocks, group);
-        merged = n_iters > 0 && tn.m0 < tn.si.seqlen_q && tn.n_iters > 0;
+        merged = !sparse && n_iters > 0 && tn.m0 < tn.si.seqlen_q && tn.n_iters > 0;
       }
     }
     if (n_iters > 0) {
@@ -498,6 +575,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ++q_count;
       kv_base += n_iters;
     }
+    if constexpr (sparse) mbar_arrive(list_empty + ((list_uses - 1) & 1));  // read no more
 
     if (!merged) epilogue();
     s0_ready = merged;

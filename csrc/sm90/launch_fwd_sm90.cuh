@@ -78,10 +78,43 @@ inline bool sm90_dropout_enabled() {
   return !(env != nullptr && env[0] == '0' && env[1] == '\0');
 }
 
+// The tile of a block-sparse call (run_fwd_hdim; block_m 0: none).
+inline FwdTile fwd_sparse_tile_of_call(const FwdParams& p) {
+  const int v = fwd_variant(p.headdim, p.headdim_v);
+  return fwd_tile_sparse(kFwdHeadDimsQK[v], kFwdHeadDimsV[v],
+                         p.window_left >= 0 || p.window_right >= 0);
+}
+
+// A block mask (params.h) runs on sm90 when its blocks are whole kernel tiles on both axes
+// (d128: 128 x 128, so the default (128, 128) blocks do; d64's 192-row and d256's 80-key
+// tiles do not) and the batch is padded; the sm80 kernels run the others, with the unit path.
+inline const char* fwd_sparse_unsupported(const FwdParams& p) {
+  if (p.kv_num_blocks == nullptr) return nullptr;
+#if defined(FLASHATTN_DISABLE_BLOCK_SPARSE) || defined(FLASHATTN_DISABLE_DROPOUT)
+  return "a block mask (this build has no sm90 block-sparse kernels)";
+#endif
+  if (p.is_varlen) return "a block mask on varlen batches (not yet: the sm80 kernels run it)";
+  if (fwd_variant(p.headdim, p.headdim_v) < 0) return nullptr;  // named below
+  const FwdTile t = fwd_sparse_tile_of_call(p);
+  if (t.block_m == 0)
+    return "a block mask at these head dims (no sm90 block-sparse tile yet: d 192 with v "
+           "192, d 256; the sm80 kernels run it)";
+  if (p.block_m <= 0 || p.block_n <= 0 || p.block_m % t.block_m != 0 ||
+      p.block_n % t.block_n != 0)
+    return "a block mask whose block sizes are not multiples of the sm90 tile of its head dims "
+           "(the sm80 kernels run it)";
+  return nullptr;
+}
+
+// Block-sparse: a tile list holds every kernel key tile of the mask (0: no block mask).
+inline int64_t fwd_sparse_list_cap(const FwdParams& p, int block_n) {
+  return p.kv_num_blocks == nullptr ? 0 : int64_t(p.n_kblocks) * (p.block_n / block_n);
+}
+
 inline const char* fwd_unsupported(const FwdParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)
     return "dtype (it takes float16 and bfloat16)";
-  if (p.kv_num_blocks != nullptr) return "a block mask (not yet: the sm80 kernels run it)";
+  if (const char* why = fwd_sparse_unsupported(p)) return why;
   if (p.dropout_threshold > 0 && !sm90_dropout_enabled())
     return "dropout (FLASHATTN_SM90_DROPOUT=0 turns the sm90 dropout forward off; the sm80 "
            "kernels run dropout)";
@@ -118,7 +151,8 @@ struct FwdGrid {
 };
 
 // One launch of the kernel of a given shape (the self-test times several).
-template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false>
+template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
+          bool Is_sparse = false>
 void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) {
   if (const char* why = fwd_unsupported(p))
     throw std::runtime_error(std::string("flashattn sm90 fwd: unsupported call: ") + why);
@@ -153,9 +187,20 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
   const bool local = p.window_left >= 0 || p.window_right >= 0;
   const int64_t max_ctas =
       g.max_ctas > 0 ? g.max_ctas : current_device_attribute(cudaDevAttrMultiProcessorCount);
-  auto kernel = fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout>;
-  FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+  // Block-sparse: the two tile lists past the tile's shared memory.
+  if ((p.kv_num_blocks != nullptr) != Is_sparse)
+    throw std::runtime_error("flashattn sm90 fwd: a block mask needs the sparse kernel");
+  if (Is_sparse && (p.block_m % Cfg::kBM != 0 || p.block_n % Cfg::kBN != 0))
+    throw std::runtime_error("flashattn sm90 fwd: block sizes not multiples of the tile");
+  const int64_t list_cap = fwd_sparse_list_cap(p, Cfg::kBN);
+  const int64_t smem = Cfg::kSmem + (list_cap > 0 ? fwd_sparse_smem_bytes(list_cap) : 0);
+  if (smem > smem_optin_bytes())
+    throw std::runtime_error("flashattn sm90 fwd: a block mask of " + std::to_string(list_cap) +
+                             " key tiles needs " + std::to_string(smem) +
+                             " bytes of shared memory, above the GPU's");
+  auto kernel = fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse>;
+  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const unsigned grid = static_cast<unsigned>(tiles < max_ctas ? tiles : max_ctas);
   const int deal = g.deal >= 0 ? g.deal : local && grid < tiles ? kDealPairs : kDealSnake;
   // One (head, sequence) pair per group of the tile order: a head's query blocks run together
@@ -166,7 +211,8 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
   const int group = deal == kDealPairs
                         ? 1
                         : static_cast<int>(std::min<int64_t>(g.group > 0 ? g.group : 1, pairs));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, group, deal);
+  kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
+      p, maps, group, deal, static_cast<int>(list_cap));
   FLASHATTN_LAUNCH_CHECK();
 }
 
@@ -174,6 +220,22 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
 // (max-then-scale needs it > 0).
 inline bool fwd_score_mod(const FwdParams& p) {
   return p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
+}
+
+// A block mask's kernels (fwd_tile_sparse's shape): a plain one, and one with dropout and the
+// score transform switched inside (that run-time switch of dropout spills, so the plain
+// calls keep their own).
+template <class Cfg, typename Element>
+void launch_fwd_sm90_sparse(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
+#if !defined(FLASHATTN_DISABLE_BLOCK_SPARSE) && !defined(FLASHATTN_DISABLE_DROPOUT)
+  if (p.dropout_threshold > 0 || fwd_score_mod(p))
+    launch_fwd_sm90_kernel<Cfg, Element, false, true, true>(p, stream, g);
+  else
+    launch_fwd_sm90_kernel<Cfg, Element, false, false, true>(p, stream, g);
+#else
+  (void)p, (void)stream, (void)g;
+  throw std::runtime_error("flashattn sm90 fwd: built without the block-sparse kernels");
+#endif
 }
 
 // The kernel of a shape for this call: with the score transform where fwd_score_mod says so.
@@ -198,8 +260,20 @@ template <int kD, int kDv, typename Element>
 void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   constexpr FwdTile kGlobal = fwd_tile(kD, kDv, false), kLocal = fwd_tile(kD, kDv, true);
   constexpr FwdTile kLong = fwd_tile_long(kD, kDv);
+  constexpr FwdTile kSparse = fwd_tile_sparse(kD, kDv, false);
+  static_assert(kSparse == fwd_tile_sparse(kD, kDv, true), "one block-sparse tile per variant");
+  if (p.kv_num_blocks != nullptr) {  // fwd_sparse_unsupported took the call
+    if constexpr (kSparse.block_m > 0) {
+      using Sparse = FwdConfig<kD, kDv, kSparse.block_m, kSparse.block_n, kSparse.stages,
+                               kSparse.schedule>;
+      launch_fwd_sm90_sparse<Sparse, Element>(p, stream);
+      return;
+    }
+    throw std::runtime_error("flashattn sm90 fwd: no block-sparse tile at these head dims");
+  }
   if constexpr (kLong.block_m > 0) {
-    const bool plain = p.dropout_threshold <= 0 && !fwd_score_mod(p);
+    const bool plain =
+        p.dropout_threshold <= 0 && !fwd_score_mod(p) && p.kv_num_blocks == nullptr;
     if (plain && p.window_left < 0 && p.window_right < 0 && p.seqlen_k >= kLongKeys &&
         smem_optin_bytes() >= fwd_smem_bytes(kLong, kD, kDv)) {
       using Long = FwdConfig<kD, kDv, kLong.block_m, kLong.block_n, kLong.stages, kLong.schedule>;

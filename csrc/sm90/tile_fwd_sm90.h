@@ -76,4 +76,19 @@ constexpr int fwd_smem_bytes(FwdTile t, int d, int dv) {
   return t.block_m * d * 2 + t.stages * t.block_n * (d + dv) * 2 + 128 + 1024;
 }
 
+// Block-sparse calls (kernel_fwd_sm90.cuh's Is_sparse): a tile that divides 128 x 128 blocks,
+// block_m 0 where the variant has none (the sm80 kernels run those). d64: 128 x 128 ping-pong
+// (its dense 192-row tile does not divide 128-row blocks; the self-test's "128x128 pp" ran
+// 0.82-0.95x that tile dense, 1.1-1.4x sm80, 2026-12-03); d128 and 192 x 128: their own
+// 128 x 128; d256 (80 keys) and 192 x 192 (112): none yet.
+constexpr FwdTile fwd_tile_sparse(int d, int dv, bool local) {
+  const FwdTile t = d <= 64 && dv <= 64 ? FwdTile{128, 128, FLASHATTN_SM90_FWD_STAGES, kPingPong}
+                                        : fwd_tile(d, dv, local);
+  return 128 % t.block_m == 0 && 128 % t.block_n == 0 ? t : FwdTile{0, 0, 0, 0};
+}
+
+// Block-sparse calls add two lists of `cap` kernel key tiles (int), their counts and four
+// mbarriers (kernel_fwd_sm90.cuh).
+constexpr long long fwd_sparse_smem_bytes(long long cap) { return 64 + 8 * cap; }
+
 }  // namespace flashattn::sm90
