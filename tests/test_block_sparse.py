@@ -420,8 +420,10 @@ def _sm90_factors(device):
 @pytest.mark.parametrize("device,c", cuda_case_params(_sm90_factors, seed=19))
 def test_block_sparse_sm90_forward(device, c, seed, monkeypatch):
     """The covering set's checks with the forward forced onto sm90 (its tile lists in shared
-    memory, kernel_fwd_sm90.cuh; the backward runs sm80), on calls it takes: a refusal fails
-    here (it would be a skip elsewhere). Other GPUs skip every case."""
+    memory, kernel_fwd_sm90.cuh), on calls it takes: a refusal fails here (it would be a skip
+    elsewhere). The backward runs sm90 where it takes the call (the 64 / 128 buckets with qk =
+    v, no dropout / softcap / ALiBi: kernel_bwd_sm90.cuh's list), else sm80. Other GPUs skip
+    every case."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the sm90 forward runs on compute capability 9.0 only")
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")

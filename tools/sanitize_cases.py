@@ -97,7 +97,8 @@ def sm90_cases():
                alibi_slopes=torch.rand(2, 4, device=dev))
     run_varlen([130, 0, 257], [300, 5, 199], 2, 2, 256, bf16, softcap=2.0,
                alibi_slopes=torch.rand(2, device=dev))
-    # Block-sparse (the sm90 forward's tile lists; the sm80 backward): d128, d64, d192 x 128,
+    # Block-sparse (the sm90 forward's tile lists; the sm90 backward's list where it takes the
+    # call: d64 / d128 without dropout, softcap or ALiBi, else sm80): d128, d64, d192 x 128,
     # causal, partial tiles, clamped metadata, dropout and softcap (the switched kernel), a
     # persistent grid (more tiles than SMs), 256-key blocks (two kernel tiles per block)
     run_sparse(2, 300, 700, 4, 2, 128, 128, bf16, causal=True)

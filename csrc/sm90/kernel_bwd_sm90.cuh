@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/block_sparse_tiles.cuh"
 #include "../common/dropout_lanes.cuh"
 #include "../common/mask.h"
 #include "../common/params.h"
@@ -103,10 +104,16 @@ __device__ __forceinline__ void bwd_block_coord(int sect, int& n_block, int& h, 
 // Has_dropout (params.h): the forward's keep mask Z regenerated per block (dropout_lanes.cuh,
 // the S^T orientation): dV takes P^T Z scale, dS^T = P^T (Z scale dP^T - D), as the sm80
 // backward computes them.
-template <class Cfg, typename Element, bool Has_dropout = false>
+// Is_sparse (params.h's q_num_blocks / q_indices, padded batches, block_m a multiple of kBM
+// and block_n of kBN; list_cap > 0): before the roles split, warp 0 lists the key block's
+// kernel query blocks (its mask key block's kept query blocks, split into kBM tiles, that
+// meet the queries seeing it; block_sparse_tiles.cuh) in shared memory past the tiles, and
+// every role walks that list where it walks the query blocks up otherwise; a key block with
+// an empty list writes dK = dV = 0.
+template <class Cfg, typename Element, bool Has_dropout = false, bool Is_sparse = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
-                    const __grid_constant__ BwdMaps maps, int sect) {
+                    const __grid_constant__ BwdMaps maps, int sect, int list_cap) {
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN, kStages = Cfg::kStages;
   const BwdParams& p = args.p;
   extern __shared__ uint8_t smem_raw[];
@@ -126,7 +133,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Queries that see some key of the block: one interval (both ends grow with the key).
   const int n_last = min(n0 + kBN, si.seqlen_k) - 1;
   const int q_lo = mi.query_begin(n0), q_hi = mi.query_end(n_last);
-  const int m_lo = q_lo / kBM, n_iters = q_hi > q_lo ? (q_hi + kBM - 1) / kBM - m_lo : 0;
+  const int m_lo = q_lo / kBM;
+  int n_iters = q_hi > q_lo ? (q_hi + kBM - 1) / kBM - m_lo : 0;
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   if (threadIdx.x == 0) {
@@ -137,11 +145,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     mbar_init_fence();
   }
-  __syncthreads();
+  // Block-sparse: the list (and its count) past the mbarriers, built before the roles split.
+  int* list = reinterpret_cast<int*>(smem + Cfg::kSmemBar + 128);
+  if constexpr (Is_sparse) {
+    if (threadIdx.x < 32) {
+      const SparseAxes axes{p.q_num_blocks, p.q_indices,
+                            b * p.bs_t_batch_stride + h * p.bs_t_head_stride,
+                            p.n_kblocks, p.n_qblocks, p.block_n, p.block_m};
+      const int cnt = build_sparse_tiles<kBN, kBM>(axes, n0, si.seqlen_k, m_lo, m_lo + n_iters,
+                                                   list + 1, nullptr, list_cap, lane);
+      if (lane == 0) list[0] = min(cnt, list_cap);
+    }
+    __syncthreads();
+    n_iters = list[0];
+  } else {
+    __syncthreads();
+  }
+  // The query block of iteration it.
+  auto m_block = [&](int it) { return Is_sparse ? list[1 + it] : m_lo + it; };
 
   const int tb = p.is_varlen ? 0 : b;  // TMA rows: q_row0 / k_row0 + r
   if (wg == 0) {
-    setmaxnreg_dec<24>();
+    setmaxnreg_dec<Is_sparse ? 32 : 24>();  // 24 spill around the list reads
     if (n_iters == 0 || warp > 1) return;
     if (warp == 0) {  // loads: lane 0 issues the copies, all 32 lanes the stats
       auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int64_t row,
@@ -163,7 +188,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const float* dsum =
           p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
       for (int it = 0; it < n_iters; ++it) {
-        const int stage = it % kStages, use = it / kStages, m0 = (m_lo + it) * kBM;
+        const int stage = it % kStages, use = it / kStages, m0 = m_block(it) * kBM;
         // The block's stats, loaded before the wait so the latency hides under it. Rows past
         // the sequence: lse +inf (P = 0 without a mask), D 0.
         float l2[kBM / 32], dd[kBM / 32];
@@ -199,7 +224,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     } else {  // warp 1: each consumer's dQ block of each query block into the accumulator
       for (int it = 0; it < n_iters; ++it) {
-        const int m0 = (m_lo + it) * kBM;
+        const int m0 = m_block(it) * kBM;
 #pragma unroll
         for (int c = 0; c < Cfg::kConsumers; ++c) {
           __syncwarp();  // bar.sync is warp-aligned: lane 0 was alone just before
@@ -271,7 +296,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (n_iters > 0) mbar_wait(kv_full, 0);
   for (int it = 0; it < n_iters; ++it) {
-    const int stage = it % kStages, m0 = (m_lo + it) * kBM;
+    const int stage = it % kStages, m0 = m_block(it) * kBM;
     const uint32_t q_base = smem0 + Cfg::kSmemQ + stage * Cfg::kQBytes;
     const uint32_t do_base = smem0 + Cfg::kSmemDO + stage * Cfg::kQBytes;
     const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;

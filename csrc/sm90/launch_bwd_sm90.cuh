@@ -29,13 +29,37 @@ inline bool sm90_dropout_bwd_enabled() {
 #endif
 }
 
+// A block mask (params.h) runs on the sm90 backward's Is_sparse kernel for padded calls
+// without dropout whose blocks are whole kernel tiles: block_m a multiple of the bucket's
+// kBM (64 at d128, 128 at d64), block_n of 128. The sm80 backward runs the others.
+inline const char* bwd_sparse_unsupported(const BwdParams& p) {
+  if (p.q_num_blocks == nullptr) return nullptr;
+#if defined(FLASHATTN_DISABLE_BLOCK_SPARSE)
+  return "a block mask (this build has no sm90 block-sparse kernels)";
+#endif
+  if (p.is_varlen) return "a block mask on varlen batches (not yet: the sm80 backward runs it)";
+  if (p.dropout_threshold > 0)
+    return "a block mask with dropout (not yet: the sm80 backward runs it)";
+  const int bm = headdim_bucket(p.headdim, p.headdim_v) == 64 ? 128 : 64;
+  if (p.block_m <= 0 || p.block_n <= 0 || p.block_m % bm != 0 || p.block_n % 128 != 0)
+    return "a block mask whose blocks are not whole sm90 backward tiles (the sm80 backward "
+           "runs it)";
+  return nullptr;
+}
+
+// The sm90 backward's block-sparse list: the count and every kernel query tile of the mask.
+inline int64_t bwd_sparse_list_cap(const BwdParams& p, int block_m) {
+  return p.q_num_blocks == nullptr ? 0 : int64_t(p.n_qblocks) * (p.block_m / block_m);
+}
+inline int64_t bwd_sparse_smem_bytes(int64_t cap) { return cap > 0 ? 4 * (cap + 1) : 0; }
+
 // Why the sm90 backward's main kernel does not take this call (nullptr: it does).
 inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   if (const char* why = fwd_unsupported(p)) return why;
   if (p.dropout_threshold > 0 && !sm90_dropout_bwd_enabled())
     return "dropout (FLASHATTN_SM90_DROPOUT_BWD=1 turns the sm90 dropout backward on; the sm80 "
            "backward runs it)";
-  if (p.q_num_blocks != nullptr) return "a block mask (not yet: the sm80 backward runs it)";
+  if (const char* why = bwd_sparse_unsupported(p)) return why;
   // The fp32 accumulators' rows are the sm80 bucket long (bwd_workspace_layout).
   if (headdim_bucket(p.headdim, p.headdim_v) != kD)
     return "head dims outside the kernel's bucket (the accumulators' row length)";
@@ -124,12 +148,28 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #else
   auto kernel = bwd_kernel_sm90<Cfg, Element, false>;
 #endif
-  FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+  // Block-sparse (bwd_sparse_unsupported took it): the list past the tiles.
+  const int64_t list_cap = bwd_sparse_list_cap(p, Cfg::kBM);
+  if (list_cap > 0) {
+#ifndef FLASHATTN_DISABLE_BLOCK_SPARSE
+    kernel = bwd_kernel_sm90<Cfg, Element, false, true>;
+#else
+    throw std::runtime_error("flashattn sm90 bwd: built with FLASHATTN_DISABLE_BLOCK_SPARSE");
+#endif
+    if (p.block_m % Cfg::kBM != 0 || p.block_n % Cfg::kBN != 0)
+      throw std::runtime_error("flashattn sm90 bwd: block sizes not multiples of the tile");
+  }
+  const int64_t smem = Cfg::kSmem + bwd_sparse_smem_bytes(list_cap);
+  if (smem > smem_optin_bytes())
+    throw std::runtime_error("flashattn sm90 bwd: a block mask of " + std::to_string(list_cap) +
+                             " query tiles needs " + std::to_string(smem) +
+                             " bytes of shared memory, above the GPU's");
+  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
     throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(args, maps,
-                                                      bwd_section_pairs(p, Cfg::kD, order));
+  kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
+      args, maps, bwd_section_pairs(p, Cfg::kD, order), static_cast<int>(list_cap));
   FLASHATTN_LAUNCH_CHECK();
 }
 
