@@ -34,7 +34,7 @@ const char* bwd_unsupported_here(const BwdParams& p) {
     return "head dims outside the 64 and 128 buckets (not yet)";
   if (const char* why = bwd_unsupported(p, bucket)) return why;
   const int64_t smem = (bucket == 64 ? BwdConfigFor<64>::kSmem : BwdConfigFor<128>::kSmem) +
-                       bwd_sparse_smem_bytes(bwd_sparse_list_cap(p, bucket == 64 ? 128 : 64));
+                       bwd_sparse_smem_bytes(p, bwd_sparse_list_cap(p, bucket == 64 ? 128 : 64));
   if (smem_optin_bytes() < smem)
     return "the shared memory per block (FLASHATTN_SMEM_LIMIT or the GPU's is below the "
            "kernel's)";

@@ -126,9 +126,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
   constexpr int kFmaMod = Cfg::kExpFma > 0 ? Cfg::kExpFma : 1;  // (no % 0 when off)
-  // The producer's registers: 32 where its warp builds block-sparse lists (24 spill there).
-  constexpr int kProducerRegs = Is_sparse ? 32 : Cfg::kProducerRegs;
-  static_assert(kProducerRegs + kNC * Cfg::kConsumerRegs <= 512, "the register file");
+  // setmaxnreg moves registers within the CTA's pool (kThreads x the launch's per-thread
+  // count, 168 at 384 threads): the roles' sum may not exceed it, or an increase waits for
+  // ever. The block-sparse list warp spills at 24: there 40 + 2 x 232.
+  constexpr int kProducerRegs = Is_sparse && kNC == 2 ? 40 : Cfg::kProducerRegs;
+  constexpr int kConsumerRegs = Is_sparse && kNC == 2 ? 232 : Cfg::kConsumerRegs;
+  static_assert(kProducerRegs + kNC * kConsumerRegs <= (kNC + 1) * ((65536 / Cfg::kThreads) & ~7),
+                "the roles' registers fit the CTA's pool");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -263,15 +267,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return;
   }
 
-  setmaxnreg_inc<Cfg::kConsumerRegs>();
+  setmaxnreg_inc<kConsumerRegs>();
   const int c = wg - 1, warp = t / 32, lane = t % 32;
   const bool score_mod_on =
       Has_score_mod || (Has_dropout && (p.softcap > 0.f || p.alibi_slopes != nullptr ||
                                         !(p.softmax_scale > 0.f)));
   const float scale_log2 = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
-  DropoutRng rng{};
-  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0);
+  // The sparse kernel with Has_dropout also runs score-transform calls without dropout, whose
+  // rng_state is null: nothing reads it then.
   const bool drop_on = Has_dropout && (!Is_sparse || p.dropout_threshold > 0);
+  DropoutRng rng{};
+  if constexpr (Has_dropout)
+    if (drop_on) rng = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0);
   const bool has_cap = p.softcap > 0.f;
   const float cap = p.softcap, inv_cap = has_cap ? 1.f / p.softcap : 0.f;
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows

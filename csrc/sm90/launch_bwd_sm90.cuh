@@ -51,7 +51,9 @@ inline const char* bwd_sparse_unsupported(const BwdParams& p) {
 inline int64_t bwd_sparse_list_cap(const BwdParams& p, int block_m) {
   return p.q_num_blocks == nullptr ? 0 : int64_t(p.n_qblocks) * (p.block_m / block_m);
 }
-inline int64_t bwd_sparse_smem_bytes(int64_t cap) { return cap > 0 ? 4 * (cap + 1) : 0; }
+inline int64_t bwd_sparse_smem_bytes(const BwdParams& p, int64_t cap) {
+  return p.q_num_blocks != nullptr ? 4 * (cap + 1) : 0;
+}
 
 // Why the sm90 backward's main kernel does not take this call (nullptr: it does).
 inline const char* bwd_unsupported(const BwdParams& p, int kD) {
@@ -150,7 +152,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #endif
   // Block-sparse (bwd_sparse_unsupported took it): the list past the tiles.
   const int64_t list_cap = bwd_sparse_list_cap(p, Cfg::kBM);
-  if (list_cap > 0) {
+  if (p.q_num_blocks != nullptr) {
 #ifndef FLASHATTN_DISABLE_BLOCK_SPARSE
     kernel = bwd_kernel_sm90<Cfg, Element, false, true>;
 #else
@@ -159,7 +161,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     if (p.block_m % Cfg::kBM != 0 || p.block_n % Cfg::kBN != 0)
       throw std::runtime_error("flashattn sm90 bwd: block sizes not multiples of the tile");
   }
-  const int64_t smem = Cfg::kSmem + bwd_sparse_smem_bytes(list_cap);
+  const int64_t smem = Cfg::kSmem + bwd_sparse_smem_bytes(p, list_cap);
   if (smem > smem_optin_bytes())
     throw std::runtime_error("flashattn sm90 bwd: a block mask of " + std::to_string(list_cap) +
                              " query tiles needs " + std::to_string(smem) +

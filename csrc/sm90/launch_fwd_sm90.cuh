@@ -193,7 +193,7 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
   if (Is_sparse && (p.block_m % Cfg::kBM != 0 || p.block_n % Cfg::kBN != 0))
     throw std::runtime_error("flashattn sm90 fwd: block sizes not multiples of the tile");
   const int64_t list_cap = fwd_sparse_list_cap(p, Cfg::kBN);
-  const int64_t smem = Cfg::kSmem + (list_cap > 0 ? fwd_sparse_smem_bytes(list_cap) : 0);
+  const int64_t smem = Cfg::kSmem + (Is_sparse ? fwd_sparse_smem_bytes(list_cap) : 0);
   if (smem > smem_optin_bytes())
     throw std::runtime_error("flashattn sm90 fwd: a block mask of " + std::to_string(list_cap) +
                              " key tiles needs " + std::to_string(smem) +

@@ -30,10 +30,11 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
-// A 32-bit load from shared memory by address (ordered with the asm around it: after a wait).
+// A 32-bit load from shared memory by address (volatile: kept after the mbarrier wait, an
+// asm volatile, that publishes what it reads; no memory clobber, so it pins nothing else).
 __device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
   int v;
-  asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr));
   return v;
 }
 // Spins until the phase with this parity has completed.
