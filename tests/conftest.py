@@ -113,7 +113,7 @@ NOT_BUILT_MARK = "is not built yet (issue 15)"
 # test_fp8.py skips on: no kernel will run there, so it is not a missing kernel of the build).
 FP8_NOT_BUILT_MARK = "the sm90 FP8 kernel is not built yet (issue 14)"
 # Issue 17: the ops' q_pos_offset / k_pos_offset (ring attention's ALiBi, dropout, varlen windows).
-POS_OFFSETS_NOT_BUILT_MARK = "position offsets on CUDA are not built yet (issue 17)"
+POS_OFFSETS_NOT_BUILT_MARK = "with position offsets on CUDA is not built yet (issue 17)"
 NOT_BUILT_MARKS = (NOT_BUILT_MARK, "are not built yet (issue 15)", FP8_NOT_BUILT_MARK,
                    POS_OFFSETS_NOT_BUILT_MARK)
 # Skip reasons that mean "this build or machine has no kernel for it" (flashattn's errors).

@@ -88,12 +88,23 @@ inline Backend sm80_or_fail(const char* what) {
        "on CPU tensors only for now");
 }
 
-// Issue 17's position offsets (CPU backend and contract only): a CUDA call with
-// q_pos_offset / k_pos_offset raises, named, rather than run with sequence-local positions.
-[[noreturn]] inline void fail_cuda_pos_offsets() {
-  fail("position offsets on CUDA are not built yet (issue 17): the CUDA kernels take no "
-       "q_pos_offset / k_pos_offset (ring attention's ALiBi, dropout and varlen windows); they "
-       "run on CPU tensors");
+// Issue 17's position offsets on CUDA: the sm80 / sm90 main kernels take them in their mask
+// and ALiBi (MaskInfo::pos_shift, int32: sequences and window sides below 2^28 so no sum of
+// a row, a shift of up to 2^30 and a window overflows); dropout's keep mask and the
+// deterministic backward's order do not take them yet (named errors, never local
+// positions); the decode kernels never see them (decode_shaped).
+inline constexpr int64_t kCudaPosOffsetLimit = int64_t(1) << 28;
+inline void check_cuda_pos_offsets(const FwdParams& p) {
+  if (p.q_pos_offset == nullptr && p.k_pos_offset == nullptr) return;
+  if (p.dropout_threshold > 0)
+    fail("dropout with position offsets on CUDA is not built yet (issue 17): the CUDA "
+         "kernels' keep mask takes no q_pos_offset / k_pos_offset; it runs on CPU tensors "
+         "(ring attention with dropout_p > 0 too)");
+  if (p.seqlen_q >= kCudaPosOffsetLimit || p.seqlen_k >= kCudaPosOffsetLimit ||
+      p.window_left >= kCudaPosOffsetLimit || p.window_right >= kCudaPosOffsetLimit)
+    fail("q_pos_offset / k_pos_offset on CUDA take sequences (max_seqlen for varlen) and "
+         "window sides below 2^28, got seqlen_q ", p.seqlen_q, ", seqlen_k ", p.seqlen_k,
+         ", window (", p.window_left, ", ", p.window_right, ")");
 }
 
 #ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
@@ -113,7 +124,7 @@ inline void check_cuda_has_features(const FwdParams& p) {
 #ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
   if (p.kv_num_blocks != nullptr) fail_no_block_sparse_build();
 #endif
-  if (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr) fail_cuda_pos_offsets();
+  check_cuda_pos_offsets(p);
 }
 
 // The forward's backend for a CUDA call whose params are filled (output pointers may be null
@@ -125,7 +136,8 @@ inline void check_cuda_has_features(const FwdParams& p) {
 inline bool decode_shaped(const FwdParams& p) {
   const int64_t rows = int64_t(p.seqlen_q) * (p.nheads / p.nheads_k);
   return rows <= 64 && p.seqlen_k >= 512 && p.dropout_threshold == 0 &&
-         p.kv_num_blocks == nullptr;  // no dropout, no block mask there
+         p.kv_num_blocks == nullptr &&  // no dropout, no block mask, no position offsets there
+         p.q_pos_offset == nullptr && p.k_pos_offset == nullptr;
 }
 
 inline Backend choose_fwd(const FwdParams& p) {
@@ -173,6 +185,10 @@ inline Backend choose_fwd_kvcache(const FwdParams& p) {
 inline Backend choose_bwd(const BwdParams& p) {
   const Force force = forced_backend();  // a bad value raises here too
   check_cuda_has_features(p);
+  if (p.deterministic && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr))
+    fail("deterministic=True with position offsets on CUDA is not built yet (issue 17): the "
+         "deterministic backward's order of the dQ adds follows the mask without them; it runs "
+         "on CPU tensors");
 #ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
   if (p.q_num_blocks != nullptr) fail_no_block_sparse_build();
 #endif

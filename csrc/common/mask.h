@@ -9,8 +9,12 @@ namespace flashattn {
 struct MaskInfo {
   int32_t seqlen_q, seqlen_k;
   int32_t window_left, window_right;  // -1 = unbounded
+  // Position offsets (params.h): q_pos_offset[b] - k_pos_offset[b], 0 without them. (CUDA
+  // callers bound sequences and window sides below 2^28 with offsets, backend_choice.h, so
+  // every sum below stays inside int32.)
+  int32_t pos_shift = 0;
   // Diagonal offset of the bottom-right alignment: query i sits at key i + shift.
-  FLASHATTN_HOST_DEVICE int32_t shift() const { return seqlen_k - seqlen_q; }
+  FLASHATTN_HOST_DEVICE int32_t shift() const { return seqlen_k - seqlen_q + pos_shift; }
 
   FLASHATTN_HOST_DEVICE bool visible(int32_t i, int32_t j) const {
     if (j < 0 || j >= seqlen_k) return false;
@@ -52,6 +56,16 @@ struct MaskInfo {
 FLASHATTN_HOST_DEVICE MaskInfo mask_info(const FwdParams& p, const SeqInfo& s) {
   return MaskInfo{s.seqlen_q, s.seqlen_k, p.window_left, p.window_right};
 }
+
+#ifdef __CUDACC__
+// Sequence b's MaskInfo::pos_shift on the device (the offsets live there), each offset clamped
+// to [0, kMaxPosOffset] as params.h says.
+__device__ __forceinline__ int32_t pos_shift_of(const FwdParams& p, int b) {
+  const int32_t q = p.q_pos_offset ? min(max(p.q_pos_offset[b], 0), kMaxPosOffset) : 0;
+  const int32_t k = p.k_pos_offset ? min(max(p.k_pos_offset[b], 0), kMaxPosOffset) : 0;
+  return q - k;
+}
+#endif
 
 // ALiBi slope of (b, h); 0 when off.
 FLASHATTN_HOST_DEVICE float alibi_slope(const FwdParams& p, int b, int h) {

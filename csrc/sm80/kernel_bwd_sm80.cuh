@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int hk = h / args.group;
-  const MaskInfo mi{sq, sk, p.window_left, p.window_right};
+  const MaskInfo mi{sq, sk, p.window_left, p.window_right, pos_shift_of(p, b)};
   const int m_blocks = (sq + kBM - 1) / kBM;
   const bwd_order::BlockRange mr = m_range<kBM, kBN>(mi, n_block, m_blocks);
   const int m_begin = mr.first, m_end = mr.second;

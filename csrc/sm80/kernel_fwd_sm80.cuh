@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   const SeqInfo seq = seq_info(p, b);
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.seqlen_q) return;
-  const MaskInfo mask = mask_info(p, seq);
+  MaskInfo mask = mask_info(p, seq);
+  mask.pos_shift = pos_shift_of(p, b);
   const int shift = mask.shift();
   const int rows_q = min(kBlockM, seq.seqlen_q - m0);
   const int m_last = m0 + rows_q - 1;

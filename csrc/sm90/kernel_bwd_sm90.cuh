@@ -115,6 +115,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
                     const __grid_constant__ BwdMaps maps, int sect, int list_cap) {
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN, kStages = Cfg::kStages;
+  // setmaxnreg below moves registers within the CTA's pool (kThreads x 168 at 384 threads).
+  static_assert(24 + Cfg::kConsumers * 240 <=
+                    (Cfg::kConsumers + 1) * ((65536 / Cfg::kThreads) & ~7),
+                "the roles' registers fit the CTA's pool");
   const BwdParams& p = args.p;
   extern __shared__ uint8_t smem_raw[];
   // Offsets from the __shared__ array itself keep the shared address space (STS, not ST.E).
@@ -129,7 +133,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const SeqInfo si = sm80::bwd_detail::seq_info_clamped(p, b);
   const int n0 = n_block * kBN;
   if (n0 >= si.seqlen_k) return;  // varlen: past this sequence (the whole CTA leaves)
-  const MaskInfo mi{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
+  const MaskInfo mi{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right,
+                    pos_shift_of(p, b)};
   // Queries that see some key of the block: one interval (both ends grow with the key).
   const int n_last = min(n0 + kBN, si.seqlen_k) - 1;
   const int q_lo = mi.query_begin(n0), q_hi = mi.query_end(n_last);
@@ -462,7 +467,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     mbar_arrive(q_empty + stage);  // Q, dO and the stats of this stage are read
   }
 
-  // dK (scaled) and dV: written in Element (MHA) or added into the fp32 accumulators (GQA).
+  // dK (scaled) and dV: written in Element (MHA) or added into the fp32 accumulators (GQA;
+  // nothing to add from a key block that saw no query block).
+  if (args.dk_accum != nullptr && n_iters == 0) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (kr[r] >= si.seqlen_k) continue;

@@ -93,7 +93,8 @@ __device__ __forceinline__ FwdTileInfo fwd_tile_info(const FwdParams& p, int til
   t.hk = t.h / (p.nheads / p.nheads_k);
   t.si = seq_info(p, t.b);
   t.m0 = m_block * kBM;
-  t.mi = MaskInfo{t.si.seqlen_q, t.si.seqlen_k, p.window_left, p.window_right};
+  t.mi = MaskInfo{t.si.seqlen_q, t.si.seqlen_k, p.window_left, p.window_right,
+                  pos_shift_of(p, t.b)};
   t.kbl = t.m0 < t.si.seqlen_q
               ? t.mi.key_blocks(t.m0, min(t.m0 + kBM, t.si.seqlen_q) - 1, kBN)
               : MaskInfo::BlockRange{0, 0};
@@ -364,7 +365,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int n0 = (sparse ? ld_shared_s32(list_addr + 4 * it) : ti.kbl.hi - 1 - it) * kBN;
       if (Has_score_mod || (Has_dropout && score_mod_on)) {
         const float slope = alibi_slope(p, ti.b, ti.h);
-        const int diag = row0 + ti.si.seqlen_k - ti.si.seqlen_q - n0 - (lane % 4) * 2;
+        const int diag = row0 + ti.mi.shift() - n0 - (lane % 4) * 2;
 #pragma unroll
         for (int j = 0; j < kSN; ++j)
 #pragma unroll

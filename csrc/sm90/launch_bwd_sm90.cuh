@@ -57,7 +57,9 @@ inline int64_t bwd_sparse_smem_bytes(const BwdParams& p, int64_t cap) {
 
 // Why the sm90 backward's main kernel does not take this call (nullptr: it does).
 inline const char* bwd_unsupported(const BwdParams& p, int kD) {
-  if (const char* why = fwd_unsupported(p)) return why;
+  FwdParams fwd = p;  // the forward's rules but its block-mask one (the backward's is below)
+  fwd.kv_num_blocks = nullptr;
+  if (const char* why = fwd_unsupported(fwd)) return why;
   if (p.dropout_threshold > 0 && !sm90_dropout_bwd_enabled())
     return "dropout (FLASHATTN_SM90_DROPOUT_BWD=1 turns the sm90 dropout backward on; the sm80 "
            "backward runs it)";
