@@ -33,14 +33,18 @@ struct FwdMaps {
 // Compile-time shape of one kernel: head dims, tile, ring depth, consumer schedule, and
 // kExpFma: every kExpFma-th 8-key column block of P takes its exponentials on the FMA units
 // (exp2_fma), the rest on the SFU; 0: all on the SFU.
-// kCrossTile: a persistent CTA issues its next tile's S_0 with this tile's last P V and runs
-// this tile's epilogue under them (an experiment for short tiles; 0 in the package).
+// kLazy (FA4's lazy rescaling; an experiment, 0 in the package): a row keeps its running
+// max while a block's max exceeds it by at most kLazyLog2 in log2 units (P then reaches at
+// most 2^kLazyLog2, exact after the final division by the row sum, which uses the same max),
+// and a warp whose rows all kept theirs skips O's rescale (kDv / 2 multiplies per thread per
+// block). (The cross-tile pipeline tried in this slot lost at every N, 2026-12-03.)
+inline constexpr float kLazyLog2 = 8.f;
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
-          int kCrossTile_ = 0>
+          int kLazy_ = 0>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
   static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
-  static constexpr bool kCrossTile = kCrossTile_ != 0;
+  static constexpr bool kLazy = kLazy_ != 0;
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
   static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
@@ -285,7 +289,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
   int kv_base = 0, q_count = 0, list_uses = 0;  // as the producer counts them
   float s[kBN / 2];        // S (then P) of the current key block
-  bool s0_ready = false;   // kCrossTile: this tile's S_0 is in s already (the last tile issued it)
   for (int k = 0;; ++k) {
     const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
     if (tile == kNoTile) break;
@@ -400,9 +403,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         float mx = mxc[0];
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        if constexpr (Cfg::kLazy)  // keep the running max while the block stays near it
+          if (row_max[r] != -INFINITY && (mx - row_max[r]) * scale_log2 <= kLazyLog2)
+            mx = row_max[r];
         // -inf guards: a row with nothing visible yet keeps max -inf and P = 0 (exp2(-inf)).
         const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
         alpha[r] = row_max[r] == -INFINITY ? 0.f : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
+        if constexpr (Cfg::kLazy)  // exactly 1 where the max was kept (the FFMA above is not)
+          if (mx == row_max[r]) alpha[r] = 1.f;
         row_max[r] = mx;
 #pragma unroll
         for (int j = 0; j < kSN; ++j)
@@ -460,6 +468,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     };
     auto rescale_o = [&]() {
+      if constexpr (Cfg::kLazy)  // (alpha is exactly 1 for a row that kept its max)
+        if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
       for (int j = 0; j < kON; ++j)
 #pragma unroll
@@ -496,31 +506,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (lane % 4 == 0) lse[row] = fin.lse;
       }
     };
-    // kCrossTile: whether the next tile takes its S_0 from this tile's last turn.
-    bool merged = false;
-    if constexpr (Cfg::kCrossTile) {
-      const int tile_n = fwd_tile_of(k + 1, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
-      if (tile_n >= 0) {
-        const FwdTileInfo tn = fwd_tile_info<kBM, kBN>(p, tile_n, m_blocks, group);
-        merged = !sparse && n_iters > 0 && tn.m0 < tn.si.seqlen_q && tn.n_iters > 0;
-      }
-    }
     if (n_iters > 0) {
       // Turns: S_0; then (S_{j+1}, P_j V_j) for j < n - 1; then P_{n-1} V_{n-1}. The last
       // warpgroup lets warpgroup 0 take the first turn and skips its own last arrive, so
       // every sync has its arrive and none is left over when the tile ends.
-      // kCrossTile: a tile whose S_0 came with the last one's final turn continues that
-      // chain of turns (the pre-arrive and the skipped arrive bracket the whole chain).
-      if (!s0_ready) {
-        mbar_wait(q_full, q_count & 1);
-        if (kSchedule == kPingPong && c == kNC - 1) named_bar_arrive(1, 256);
-        wait_k(0);
-        turn_begin();
-        issue_qk(0);
-        turn_end();
-        wgmma_wait<0>();
-        wgmma_fence_operands(s);
-      }
+      mbar_wait(q_full, q_count & 1);
+      if (kSchedule == kPingPong && c == kNC - 1) named_bar_arrive(1, 256);
+      wait_k(0);
+      turn_begin();
+      issue_qk(0);
+      turn_end();
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
       s_done(0);
       softmax(0, pa);
       // Two P buffers in turn (no copy the register allocator could fold into one), and
@@ -552,32 +549,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence_operands(o);
         release_v(it);
       };
-      // kCrossTile: the last P V and the next tile's S_0 (its Q, and its K_0 in the ring slot
-      // after this tile's last: "iteration" n_iters) in one turn; this tile's epilogue under
-      // them once P V has retired.
-      auto last_merged = [&](int it, const uint32_t (&cur)[kBN / 16][4]) {
-        wait_v(it);
-        mbar_wait(q_full, (q_count + 1) & 1);
-        wait_k(n_iters);
-        turn_begin();
-        issue_pv(it, cur);
-        issue_qk(n_iters);
-        turn_end();
-        wgmma_wait<1>();
-        wgmma_fence_operands(o);
-        release_v(it);
-        epilogue();
-        wgmma_wait<0>();
-        wgmma_fence_operands(s);
-      };
-      auto finish = [&](int it, const uint32_t (&cur)[kBN / 16][4]) {
-        if (Cfg::kCrossTile && merged) last_merged(it, cur);
-        else last(it, cur);
-      };
       for (int it = 0;; it += 2) {
-        if (it + 1 >= n_iters) { finish(it, pa); break; }
+        if (it + 1 >= n_iters) { last(it, pa); break; }
         step(it, pa, pb);
-        if (it + 2 >= n_iters) { finish(it + 1, pb); break; }
+        if (it + 2 >= n_iters) { last(it + 1, pb); break; }
         step(it + 1, pb, pa);
       }
       ++q_count;
@@ -585,8 +560,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     if constexpr (sparse) mbar_arrive(list_empty + ((list_uses - 1) & 1));  // read no more
 
-    if (!merged) epilogue();
-    s0_ready = merged;
+    epilogue();
   }
 }
 
