@@ -178,7 +178,9 @@ def decode_table(rows: list) -> list:
             best_ratios.append((x_best, r))
         if r.get(OURS) and r["kv_bytes"] >= 256 * 2**20 and r["Sq"] == 1:
             big.append(r[OURS])
-        out.append(f"| {r['B']} | {r['N']} | {r['Sq']} | {r['page'] or '-'} | "
+        page = (f"{r['page']} in order" if r.get("page_order") == "sequential" else r['page']) \
+            if r['page'] else '-'
+        out.append(f"| {r['B']} | {r['N']} | {r['Sq']} | {page} | "
                    + " | ".join(fmt(r.get(n), ".3g") for n in names)
                    + f" | {fmt(x_best, '.2f')} | {fmt(over(r, FA4 if FA4 in peers else None), '.2f')} |")
     out.append("")
@@ -193,7 +195,8 @@ def decode_table(rows: list) -> list:
                    f"{sum(x < 1 for x, _ in best_ratios)} of {len(best_ratios)} cells below 1.")
     if any(r.get("peers_from") for r in rows):
         out.append("Paged rows: the peers' numbers are their contiguous-cache timings of the "
-                   "same run (they have no paged layout).")
+                   "same run (they have no paged layout); pages in a random order over the "
+                   "pool unless \"in order\" (the pool's page i is the cache's i-th).")
     return out
 
 

@@ -25,7 +25,9 @@ from . import bench
 @dataclass
 class DecodeCell:
     """B sequences, each Sq new query tokens over a cache of N keys; H query heads over Hk KV
-    heads of dim d; page 0 = contiguous cache, else paged with that page size."""
+    heads of dim d; page 0 = contiguous cache, else paged with that page size, its pages in a
+    random order over the pool or (page_order "sequential") in the contiguous cache's order:
+    the pair tells the kernel's paged addressing from the scattered pages' memory-system cost."""
     B: int
     N: int
     Sq: int = 1
@@ -34,10 +36,12 @@ class DecodeCell:
     d: int = 128
     page: int = 0
     dtype: torch.dtype = torch.bfloat16
+    page_order: str = "random"
 
     def __str__(self) -> str:
+        order = "" if self.page_order == "random" else f" {self.page_order}"
         return (f"decode B={self.B} N={self.N} Sq={self.Sq} H={self.H}/{self.Hk} d={self.d}"
-                f"{f' page={self.page}' if self.page else ''}")
+                f"{f' page={self.page}{order}' if self.page else ''}")
 
     def kv_bytes(self) -> int:
         return 2 * self.B * self.N * self.Hk * self.d * torch.finfo(self.dtype).bits // 8
@@ -62,8 +66,11 @@ def _ours_call(cell: DecodeCell, device: torch.device) -> Callable:
         return lambda: flashattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens)
     per_seq = cell.N // cell.page
     pages = cell.B * per_seq
-    # The same numbers as the contiguous cache, scattered over the pool in a random order.
-    table = torch.randperm(pages, device=device, dtype=torch.int64).view(cell.B, per_seq)
+    # The same numbers as the contiguous cache, scattered over the pool in a random order (or
+    # kept in order: page i of the pool is the cache's i-th).
+    order = (torch.arange(pages, device=device) if cell.page_order == "sequential"
+             else torch.randperm(pages, device=device, dtype=torch.int64))
+    table = order.view(cell.B, per_seq)
     k_pool = torch.empty((pages, cell.page, cell.Hk, cell.d), device=device, dtype=cell.dtype)
     v_pool = torch.empty_like(k_pool)
     k_pool[table.flatten()] = k.view(pages, cell.page, cell.Hk, cell.d)
@@ -119,6 +126,8 @@ def bench_cell(impls: list, cell: DecodeCell, device: torch.device, timing: benc
     row = {"kind": "decode", "mode": "fwd", "dtype": bench.dtype_name(cell.dtype), "d": cell.d,
            "causal": False, "N": cell.N, "B": cell.B, "H": cell.H, "Hk": cell.Hk,
            "Sq": cell.Sq, "page": cell.page, "kv_bytes": cell.kv_bytes(), "path": "sm80-decode"}
+    if cell.page:
+        row["page_order"] = cell.page_order
     for name, make_call, backend in impls:
         if cell.page and name != bench.OURS and peer_rows is not None:
             for key in (name, f"{name}_ms_median", f"{name}_ms_spread"):
@@ -136,12 +145,15 @@ def bench_cell(impls: list, cell: DecodeCell, device: torch.device, timing: benc
 
 def grid(dtype: torch.dtype = torch.bfloat16) -> list:
     """Issue 13's cells: GQA 32/8, d128; batch x cache length, contiguous and pages of 16 and
-    256, one query token; then 4 and 8 tokens at batch 32 x 16k."""
+    256, one query token; pages of 16 and 256 in the cache's own order at batch 32 x 16k; then
+    4 and 8 tokens at batch 32 x 16k."""
     cells = []
     for B in (1, 8, 32, 64, 128):
         for N in (4096, 16384, 65536):
             for page in (0, 16, 256):
                 cells.append(DecodeCell(B, N, page=page, dtype=dtype))
+    cells += [DecodeCell(32, 16384, page=page, dtype=dtype, page_order="sequential")
+              for page in (16, 256)]
     cells += [DecodeCell(32, 16384, Sq=sq, dtype=dtype) for sq in (4, 8)]
     return cells
 
@@ -158,7 +170,8 @@ def run_grid(device: torch.device, timing: bench.Timing, names: Optional[list] =
         if not cell.page:
             contiguous[key] = row
         rows.append(row)
-        print(table.row(row) + f"  B={cell.B} N={cell.N} Sq={cell.Sq} page={cell.page}",
+        order = f" {cell.page_order}" if cell.page and cell.page_order != "random" else ""
+        print(table.row(row) + f"  B={cell.B} N={cell.N} Sq={cell.Sq} page={cell.page}{order}",
               flush=True)
     return rows
 
