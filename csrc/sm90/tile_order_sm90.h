@@ -41,7 +41,9 @@ FLASHATTN_HOST_DEVICE int fwd_tile_of(int k, int cta, int ctas, int num_tiles, i
     if (k % 2 == 1) return kSkipTile;
     return static_cast<int>(pair - n_full) * m_blocks + full;
   }
-  const int hb = static_cast<int>(pair / full), q = static_cast<int>(pair % full);
+  // pair < n_full <= num_tiles < 2^31 here: 32-bit division (a 64-bit one is a long call).
+  const int pi = static_cast<int>(pair);
+  const int hb = pi / full, q = pi % full;
   const int r = k % 2 == 0 ? q : m_blocks - 1 - q;
   return hb * m_blocks + r;
 }
