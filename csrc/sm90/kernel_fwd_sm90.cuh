@@ -38,13 +38,17 @@ struct FwdMaps {
 // most 2^kLazyLog2, exact after the final division by the row sum, which uses the same max),
 // and a warp whose rows all kept theirs skips O's rescale (kDv / 2 multiplies per thread per
 // block). (The cross-tile pipeline tried in this slot lost at every N, 2026-12-03.)
+// kDescBase (an experiment, 0 in the package): the WGMMA descriptors of each operand built once
+// per tile / stage and moved by desc_lo_add per k-step, the consumer's warpgroup index in a
+// uniform register (at N = 512 ours executed 1.4x FA4's instructions, the extra integer and
+// uniform ones, ~100 of them per key block rebuilding the 16 descriptors: NOTES, 2026-12-03).
 inline constexpr float kLazyLog2 = 8.f;
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
-          int kLazy_ = 0>
+          int kLazy_ = 0, int kDescBase_ = 0>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
   static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
-  static constexpr bool kLazy = kLazy_ != 0;
+  static constexpr bool kLazy = kLazy_ != 0, kDescBase = kDescBase_ != 0;
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
   static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
@@ -155,7 +159,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   int* lists = reinterpret_cast<int*>(smem + Cfg::kSmemBar + 128 + 64);
   const int m_blocks = (p.seqlen_q + kBM - 1) / kBM;
   const int num_tiles = m_blocks * p.nheads * p.batch;
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int wg = Cfg::kDescBase ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0)
+                                : int(threadIdx.x / 128);
+  const int t = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
     mbar_init(q_empty, kNC * 128);
@@ -343,12 +349,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint32_t k_base =
           smem_u32(smem + Cfg::kSmemK + ((kv_base + it) % kStages) * Cfg::kKBytes);
       wgmma_fence();
+      if constexpr (Cfg::kDescBase) {
+        const uint64_t qd = gmma_desc_sw128(q_base, 16, 1024);
+        const uint64_t kd = gmma_desc_sw128(k_base, 16, 1024);
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
-        wgmma_ss<false, Element>(
-            s, gmma_desc_sw128(q_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024),
-            gmma_desc_sw128(k_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024), kk > 0);
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const uint32_t in_row = (kk % 4) * 32;
+          wgmma_ss<false, Element>(s, desc_lo_add(qd, (kk / 4) * Cfg::kQChunk + in_row),
+                                   desc_lo_add(kd, (kk / 4) * Cfg::kKVChunk + in_row), kk > 0);
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
+          wgmma_ss<false, Element>(
+              s, gmma_desc_sw128(q_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024),
+              gmma_desc_sw128(k_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024), kk > 0);
+        }
       }
       wgmma_commit();
     };
@@ -356,10 +373,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint32_t v_base =
           smem_u32(smem + Cfg::kSmemV + ((kv_base + it) % kStages) * Cfg::kVBytes);
       wgmma_fence();
+      if constexpr (Cfg::kDescBase) {
+        const uint64_t vd = gmma_desc_sw128(v_base, Cfg::kKVChunk, 1024);
 #pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes
-        wgmma_rs<true, Element>(
-            o, a[kk], gmma_desc_sw128(v_base + kk * 16 * 128, Cfg::kKVChunk, 1024), 1);
+        for (int kk = 0; kk < kBN / 16; ++kk)
+          wgmma_rs<true, Element>(o, a[kk], desc_lo_add(vd, kk * 16 * 128), 1);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes
+          wgmma_rs<true, Element>(
+              o, a[kk], gmma_desc_sw128(v_base + kk * 16 * 128, Cfg::kKVChunk, 1024), 1);
+      }
       wgmma_commit();
     };
     // Masks S of iteration it, updates the row max and sums (alpha: the factor O still

@@ -37,6 +37,12 @@ using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule, kExpFma>;
 // while a block stays within 2^8 of it, O's rescale skipped by warps that kept theirs).
 template <class P>
 using Lazy = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1>;
+// ... with the descriptors built once per operand and moved per k-step (kDescBase), alone and
+// with lazy rescaling.
+template <class P>
+using Desc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 1>;
+template <class P>
+using LazyDesc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1, 1>;
 struct Candidate {
   const char* name;
   void (*run)(const FwdParams&);
@@ -72,6 +78,8 @@ static const Candidate kCandidates[] = {
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
     {"pkg lazy", run90<Lazy<Pkg>>},
+    {"pkg desc", run90<Desc<Pkg>>},
+    {"pkg lazy desc", run90<LazyDesc<Pkg>>},
     {"192x128 ov", run90<Cfg<192, 128, 2, kOverlap>>},
     {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
     {"128x192 pp", run90<Cfg<128, 192, 2, kPingPong>>},
@@ -86,6 +94,8 @@ static const Candidate kCandidates[] = {
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
     {"pkg lazy", run90<Lazy<Pkg>>},
+    {"pkg desc", run90<Desc<Pkg>>},
+    {"pkg lazy desc", run90<LazyDesc<Pkg>>},
     {"128x128 ov", run90<Cfg<128, 128, 2, kOverlap>>},
     {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
     {"128x176 lazy", run90<sm90::FwdConfig<kD, kD, 128, 176, 2, kPingPong, 0, 1>>},
@@ -100,6 +110,8 @@ static const Candidate kCandidates[] = {
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
     {"pkg lazy", run90<Lazy<Pkg>>},
+    {"pkg desc", run90<Desc<Pkg>>},
+    {"pkg lazy desc", run90<LazyDesc<Pkg>>},
     {"128x80 pp", run90<Cfg<128, 80, 2, kPingPong>>},
     {"128x64 ov", run90<Cfg<128, 64, 2, kOverlap>>},
     {"128x64 pp", run90<Cfg<128, 64, 2, kPingPong>>},
