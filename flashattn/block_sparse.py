@@ -102,8 +102,8 @@ def block_sparse_attn_func(
     at seqlen_q / seqlen_k). Query i sees key j iff their tile is kept and causal / window
     let it (a kept tile is still masked inside by them). A row whose tiles are all dropped
     gets out = 0 and softmax_lse = -inf (the sink with learnable_sink). Varlen twin:
-    block_sparse_attn_varlen_func. CPU tensors, and CUDA ones on sm80+ GPUs (the sm80
-    kernels, also on Hopper).
+    block_sparse_attn_varlen_func. CPU and CUDA tensors (sm80+ GPUs; on Hopper the sm90
+    kernels take padded calls whose blocks are whole 128 x 128 tiles, the sm80 ones the rest).
 
     A dropped block is never read (its K / V may be anything, NaN included) when its block
     size is a multiple of the kernel tile on both axes: on CUDA block_m a multiple of 128 and
@@ -170,8 +170,8 @@ def block_sparse_attn_varlen_func(
     """block_sparse_attn_func for flash_attn_varlen_func's layout: the tiles of each sequence
     (its query row 0 and key 0 start its blocks), block_mask (batch or 1, nheads or 1,
     ceil(max_seqlen_q / block_m), ceil(max_seqlen_k / block_n)) in either form; no
-    block_table. CPU and CUDA tensors, as block_sparse_attn_func. A sequence longer than max_seqlen_q / k (wrong metadata)
-    keeps nothing past the mask's blocks: those rows get out 0, lse -inf (the sink) and dq 0,
+    block_table. CPU and CUDA tensors (the sm80 kernels on CUDA). A sequence longer than
+    max_seqlen_q / k (wrong metadata) keeps nothing past the mask's blocks: those rows get out 0, lse -inf (the sink) and dq 0,
     those keys dk = dv = 0."""
     bm, bn = _block_size(block_size)
     # The op clamps the hints to the row counts. Built-in min: dynamo makes it sym_min on

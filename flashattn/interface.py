@@ -13,10 +13,10 @@ and softmax_lse = -inf.
 
 Dropout (dropout_p > 0, applied whenever it is given, as in flash-attn: pass 0.0 at evaluation)
 drops each attention probability with probability p quantised to round(p * 256) / 256 (at least
-1/256) and scales the kept ones by 1 / (1 - p), flash-attn's scale; the mask is a Philox function of a seed and
-offset drawn here from torch's generator (torch.randint on q's device, so torch.manual_seed
-reproduces a call and CUDA-graph replays draw fresh masks) and of (batch, head, row, column); the
-backward regenerates it. learnable_sink (FA4's name): fp32 (nheads,), a logit per head in the
+1/256) and scales the kept ones by 1 / (1 - p), flash-attn's scale; the mask is a Philox
+function of a seed and offset drawn here from torch's generator (torch.randint on q's device,
+so torch.manual_seed reproduces a call and CUDA-graph replays draw fresh masks) and of (batch,
+head, row, column); the backward regenerates it. learnable_sink (FA4's name): fp32 (nheads,), a logit per head in the
 units of the scaled scores whose exp joins every row's softmax denominator (a key of value 0);
 softmax_lse includes it, a row that sees no key gets out = 0 and softmax_lse = sink, and the
 sink gets a gradient. Both run on every backend: CPU, and on CUDA the sm80 kernels (dropout:

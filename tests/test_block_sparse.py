@@ -5,8 +5,9 @@ forms and broadcasts, block sizes 128x128 / 64x64 / non-square, odd lengths endi
 block, causal / window / GQA / softcap / ALiBi / dropout / sinks); rows with every tile
 dropped; dropped tiles never read; bad masks; clamped metadata; opcheck; torch.compile.
 
-On CUDA the sm80 block-sparse kernels run (also on Hopper: the sm90 kernels take no block
-mask); their tiles must nest in the mask's blocks (test_block_sparse_cuda_kernels).
+On CUDA the sm80 block-sparse kernels run, and on Hopper the sm90 ones for padded calls whose
+blocks are whole 128 x 128 tiles (test_block_sparse_sm90_forward forces them); the sm80 tiles
+must nest in the mask's blocks or take the unit path (test_block_sparse_cuda_kernels).
 """
 import pytest
 import torch
@@ -147,9 +148,10 @@ def test_block_sparse(device, c, seed):
 
 @pytest.mark.parametrize("device,c", cuda_case_params(_factors, seed=17))
 def test_block_sparse_cuda_kernels(device, c, seed):
-    """The sm80 block-sparse kernels, forward and backward, on the covering set. Their tiles
-    must nest in the mask's blocks (the kernels raise naming both sizes otherwise): such a
-    case skips with that message."""
+    """The CUDA block-sparse kernels the call picks (sm80; sm90 on Hopper where it takes the
+    call), forward and backward, on the covering set. The sm80 tiles must nest in the mask's
+    blocks (the kernels raise naming both sizes otherwise): such a case skips with that
+    message."""
     try:
         run_case(device, c, seed)
     except RuntimeError as err:

@@ -39,7 +39,7 @@ struct FwdMaps {
 // and a warp whose rows all kept theirs skips O's rescale (kDv / 2 multiplies per thread per
 // block). (The cross-tile pipeline tried in this slot lost at every N, 2026-12-03.)
 // kDescBase (an experiment, 0 in the package): the WGMMA descriptors of each operand built once
-// per tile / stage and moved by desc_lo_add per k-step, the consumer's warpgroup index in a
+// per tile / stage and moved by desc_add per k-step, the consumer's warpgroup index in a
 // uniform register (at N = 512 ours executed 1.4x FA4's instructions, the extra integer and
 // uniform ones, ~100 of them per key block rebuilding the 16 descriptors: NOTES, 2026-12-03).
 inline constexpr float kLazyLog2 = 8.f;
@@ -157,6 +157,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* list_empty = list_full + 2;
   int* list_count = reinterpret_cast<int*>(list_full + 4);
   int* lists = reinterpret_cast<int*>(smem + Cfg::kSmemBar + 128 + 64);
+  // The loading thread and the consumers take each tile's list in turn (`uses` counts them):
+  // its count, its shared address into `list`; release_list(uses) when read no more.
+  auto take_list = [&](int& uses, uint32_t& list) {
+    const int buf = uses & 1;
+    mbar_wait(list_full + buf, (uses >> 1) & 1);
+    ++uses;
+    list = smem_u32(lists + buf * list_cap);
+    return list_count[buf];
+  };
+  auto release_list = [&](int uses) { mbar_arrive(list_empty + ((uses - 1) & 1)); };
+  // The key block of a tile's iteration it: listed (block-sparse), else from the last down.
+  auto key_block = [&](const FwdTileInfo& ti, uint32_t list, int it) {
+    if constexpr (sparse) return ld_shared_s32(list + 4 * it);
+    else return ti.kbl.hi - 1 - it;
+  };
   const int m_blocks = (p.seqlen_q + kBM - 1) / kBM;
   const int num_tiles = m_blocks * p.nheads * p.batch;
   const int wg = Cfg::kDescBase ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0)
@@ -222,13 +237,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       uint32_t list_addr = 0;  // block-sparse: this tile's list
       if constexpr (sparse) {
         if (ti.m0 >= ti.si.seqlen_q) continue;
-        const int buf = list_uses & 1;
-        mbar_wait(list_full + buf, (list_uses >> 1) & 1);
-        ++list_uses;
-        n_iters = list_count[buf];
-        list_addr = smem_u32(lists + buf * list_cap);
+        n_iters = take_list(list_uses, list_addr);
         if (n_iters == 0) {
-          mbar_arrive(list_empty + buf);
+          release_list(list_uses);
           continue;
         }
       }
@@ -252,7 +263,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // K or V of the tile's iteration it, into ring slot kv_count + it once it is free.
       auto load_kv = [&](bool is_k, int it) {
         const int slot = kv_count + it, stage = slot % kStages, use = slot / kStages;
-        const int n0 = (sparse ? ld_shared_s32(list_addr + 4 * it) : ti.kbl.hi - 1 - it) * kBN;
+        const int n0 = key_block(ti, list_addr, it) * kBN;
         uint64_t* full = (is_k ? k_full : v_full) + stage;
         if (use > 0) mbar_wait((is_k ? k_empty : v_empty) + stage, (use - 1) & 1);
         mbar_arrive_expect_tx(full, is_k ? Cfg::kKBytes : Cfg::kVBytes);
@@ -273,7 +284,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       load_kv(false, n_iters - 1);
       kv_count += n_iters;
-      if constexpr (sparse) mbar_arrive(list_empty + ((list_uses - 1) & 1));
+      if constexpr (sparse) release_list(list_uses);
     }
     return;
   }
@@ -303,13 +314,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (ti.m0 >= ti.si.seqlen_q) continue;  // varlen: past this sequence
     int n_iters = ti.n_iters;
     uint32_t list_addr = 0;  // block-sparse: this tile's list (warp 1 of the producers')
-    if constexpr (sparse) {
-      const int buf = list_uses & 1;
-      mbar_wait(list_full + buf, (list_uses >> 1) & 1);
-      ++list_uses;
-      n_iters = list_count[buf];
-      list_addr = smem_u32(lists + buf * list_cap);
-    }
+    if constexpr (sparse) n_iters = take_list(list_uses, list_addr);
     if constexpr (Has_dropout) rng.b = ti.b, rng.h = ti.h;
     const int row0 = ti.m0 + c * 64 + warp * 16 + lane / 4;  // this thread's rows: +0, +8
     int kb[2], ke[2];
@@ -345,27 +350,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     auto turn_end = [&] {
       if constexpr (kSchedule == kPingPong) named_bar_arrive(1 + (c + 1) % kNC, 256);
     };
+    // The descriptor of the matrix at base + off (lbo: sw128's; sbo 1024): built at base + off,
+    // or (kDescBase) built at base, which the compiler keeps across the k-steps, and moved.
+    auto desc_at = [](uint32_t base, uint32_t off, uint32_t lbo) {
+      return Cfg::kDescBase ? desc_add(gmma_desc_sw128(base, lbo, 1024), off)
+                            : gmma_desc_sw128(base + off, lbo, 1024);
+    };
     auto issue_qk = [&](int it) {  // S = Q K^T of iteration it (its K has landed)
       const uint32_t k_base =
           smem_u32(smem + Cfg::kSmemK + ((kv_base + it) % kStages) * Cfg::kKBytes);
       wgmma_fence();
-      if constexpr (Cfg::kDescBase) {
-        const uint64_t qd = gmma_desc_sw128(q_base, 16, 1024);
-        const uint64_t kd = gmma_desc_sw128(k_base, 16, 1024);
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          const uint32_t in_row = (kk % 4) * 32;
-          wgmma_ss<false, Element>(s, desc_lo_add(qd, (kk / 4) * Cfg::kQChunk + in_row),
-                                   desc_lo_add(kd, (kk / 4) * Cfg::kKVChunk + in_row), kk > 0);
-        }
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
-          wgmma_ss<false, Element>(
-              s, gmma_desc_sw128(q_base + (kk / 4) * Cfg::kQChunk + in_row, 16, 1024),
-              gmma_desc_sw128(k_base + (kk / 4) * Cfg::kKVChunk + in_row, 16, 1024), kk > 0);
-        }
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
+        wgmma_ss<false, Element>(s, desc_at(q_base, (kk / 4) * Cfg::kQChunk + in_row, 16),
+                                 desc_at(k_base, (kk / 4) * Cfg::kKVChunk + in_row, 16), kk > 0);
       }
       wgmma_commit();
     };
@@ -373,23 +372,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint32_t v_base =
           smem_u32(smem + Cfg::kSmemV + ((kv_base + it) % kStages) * Cfg::kVBytes);
       wgmma_fence();
-      if constexpr (Cfg::kDescBase) {
-        const uint64_t vd = gmma_desc_sw128(v_base, Cfg::kKVChunk, 1024);
 #pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)
-          wgmma_rs<true, Element>(o, a[kk], desc_lo_add(vd, kk * 16 * 128), 1);
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes
-          wgmma_rs<true, Element>(
-              o, a[kk], gmma_desc_sw128(v_base + kk * 16 * 128, Cfg::kKVChunk, 1024), 1);
-      }
+      for (int kk = 0; kk < kBN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes
+        wgmma_rs<true, Element>(o, a[kk], desc_at(v_base, kk * 16 * 128, Cfg::kKVChunk), 1);
       wgmma_commit();
     };
     // Masks S of iteration it, updates the row max and sums (alpha: the factor O still
     // needs), and packs P = exp2(S * scale - max) into `a` as the A operand of P V.
     auto softmax = [&](int it, uint32_t (&a)[kBN / 16][4]) {
-      const int n0 = (sparse ? ld_shared_s32(list_addr + 4 * it) : ti.kbl.hi - 1 - it) * kBN;
+      const int n0 = key_block(ti, list_addr, it) * kBN;
       if (Has_score_mod || (Has_dropout && score_mod_on)) {
         const float slope = alibi_slope(p, ti.b, ti.h);
         const int diag = row0 + ti.mi.shift() - n0 - (lane % 4) * 2;
@@ -582,7 +573,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ++q_count;
       kv_base += n_iters;
     }
-    if constexpr (sparse) mbar_arrive(list_empty + ((list_uses - 1) & 1));  // read no more
+    if constexpr (sparse) release_list(list_uses);  // read no more
 
     epilogue();
   }

@@ -85,9 +85,10 @@ inline FwdTile fwd_sparse_tile_of_call(const FwdParams& p) {
                          p.window_left >= 0 || p.window_right >= 0);
 }
 
-// A block mask (params.h) runs on sm90 when its blocks are whole kernel tiles on both axes
-// (d128: 128 x 128, so the default (128, 128) blocks do; d64's 192-row and d256's 80-key
-// tiles do not) and the batch is padded; the sm80 kernels run the others, with the unit path.
+// A block mask (params.h) runs on sm90 when the variant has a block-sparse tile
+// (fwd_tile_sparse: 128 x 128 up to d128 and at 192 x 128; none at d256 or 192 x 192), the
+// mask's blocks are whole such tiles and the batch is padded; the sm80 kernels run the
+// others, with their unit path.
 inline const char* fwd_sparse_unsupported(const FwdParams& p) {
   if (p.kv_num_blocks == nullptr) return nullptr;
 #if defined(FLASHATTN_DISABLE_BLOCK_SPARSE) || defined(FLASHATTN_DISABLE_DROPOUT)
@@ -272,8 +273,7 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
     throw std::runtime_error("flashattn sm90 fwd: no block-sparse tile at these head dims");
   }
   if constexpr (kLong.block_m > 0) {
-    const bool plain =
-        p.dropout_threshold <= 0 && !fwd_score_mod(p) && p.kv_num_blocks == nullptr;
+    const bool plain = p.dropout_threshold <= 0 && !fwd_score_mod(p);
     if (plain && p.window_left < 0 && p.window_right < 0 && p.seqlen_k >= kLongKeys &&
         smem_optin_bytes() >= fwd_smem_bytes(kLong, kD, kDv)) {
       using Long = FwdConfig<kD, kDv, kLong.block_m, kLong.block_n, kLong.stages, kLong.schedule>;

@@ -66,10 +66,6 @@ __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// A WGMMA descriptor moved `bytes` on in shared memory: the start-address field is the low 14
-// bits (address / 16) and shared addresses stay below 256 KB, so a plain add cannot carry out.
-__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
-  return desc + (bytes >> 4);
-}
+// (desc_add, the descriptor offset, is in primitives_sm90.cuh with the descriptors.)
 
 }  // namespace flashattn::sm90

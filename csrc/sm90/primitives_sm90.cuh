@@ -137,10 +137,10 @@ __device__ __forceinline__ uint64_t gmma_desc_sw128(uint32_t smem_addr, uint32_t
   desc |= uint64_t(1) << 62;  // 128-byte swizzle
   return desc;
 }
-// The descriptor of the matrix `bytes` (a multiple of 16) further on: the start address is the
-// low field, in 16-byte units below 2^14 for any shared address, so only the low word changes.
-__device__ __forceinline__ uint64_t desc_lo_add(uint64_t desc, uint32_t bytes) {
-  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + (bytes >> 4));
+// A WGMMA descriptor moved `bytes` on in shared memory: the start-address field is the low 14
+// bits (address / 16) and shared addresses stay below 256 KB, so a plain add cannot carry out.
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
 }
 
 // Two floats as the 16-bit pair (bf16 or fp16) of one WGMMA A-operand register (lo in the
