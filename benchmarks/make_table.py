@@ -201,15 +201,18 @@ def decode_table(rows: list) -> list:
 
 
 def sparse_table(rows: list) -> list:
-    """The block-sparse rows (bench_attn.py --sparse): effective TFLOP/s of ours, Flex and our
-    dense kernel, our speed over Flex and over dense, |ours - Flex| of one forward; then issue
+    """The block-sparse rows (bench_attn.py --sparse): effective TFLOP/s of ours (its mask
+    compressed once, and compressed at every call), Flex and our dense kernel, our speed over Flex and over dense, |ours - Flex| of one forward; then issue
     16's targets per mode (x flex: fwd >= 1.4, bwd >= 1.25; x dense >= 0.9 where a query
     block row keeps >= 8 blocks on average)."""
-    out = ["| mode | mask | d | N | B | H | density | blocks / row | flashattn | flex | dense | "
-           "×flex | ×dense | max abs diff to flex |", "|" + "---|" * 14]
+    out = ["| mode | mask | d | N | B | H | path | density | blocks / row | flashattn | "
+           "mask per call | flex | dense | ×flex | ×dense | max abs diff to flex |",
+           "|" + "---|" * 16]
     for r in rows:
         out.append(f"| {r['mode']} | {r['mask']} | {r['d']} | {r['N']} | {r['B']} | {r['H']} | "
+                   f"{r.get('path') or '—'} | "
                    f"{r['density']:.3f} | {r['kept_per_row']:.1f} | {fmt(r.get(OURS))} | "
+                   f"{fmt(r.get('flashattn_mask_per_call'))} | "
                    f"{fmt(r.get('flex'))} | {fmt(r.get('dense'))} | "
                    f"{fmt(over(r, 'flex'), '.2f')} | {fmt(over(r, 'dense'), '.2f')} | "
                    f"{fmt(r.get('flex_max_diff'), '.2g')} |")

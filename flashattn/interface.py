@@ -586,7 +586,7 @@ def _get_block_size_n(device=None, head_dim=None, is_dropout=None, is_causal=Non
 def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                 max_seqlen_k=None, *, direction="fwd", dropout_p=0.0, softmax_scale=None,
                 causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                deterministic=False, learnable_sink=None):
+                deterministic=False, learnable_sink=None, block_mask=None, block_size=None):
     """Which backend the forward (or, with direction="bwd", the backward) of a call with these
     arguments runs: "cpu", "sm80" (the portable CUDA kernels), "sm80-ptx" (the same, compiled
     by the driver from their PTX, on GPUs newer than the build's machine code), "sm80-decode"
@@ -601,7 +601,9 @@ def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
     both); the "bwd" answer assumes deterministic=False.
 
     Arguments: those of flash_attn_func (padded) or flash_attn_varlen_func (with cu_seqlens_q/k;
-    max_seqlen_q/k default to the row counts). Raises RuntimeError saying why when no kernel of
+    max_seqlen_q/k default to the row counts); block_mask / block_size as in
+    block_sparse_attn_func (a BlockSparseMask, or a form it compresses here: a call of
+    block_sparse_attn_func or its varlen twin). Raises RuntimeError saying why when no kernel of
     this build can run the call, or when the call uses a feature the CUDA kernels do not have
     yet (float8_e4m3fn inputs: issue 14, whose direction="bwd" raises on every device: FP8
     is forward only).
@@ -612,6 +614,14 @@ def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
     if cu_seqlens_q is not None:
         max_seqlen_q = q.shape[0] if max_seqlen_q is None else max_seqlen_q
         max_seqlen_k = k.shape[0] if max_seqlen_k is None else max_seqlen_k
+    if block_mask is not None:
+        from .block_sparse import _mask_args
+        if cu_seqlens_q is None:
+            shape = q.shape[0], q.shape[2], q.shape[1], k.shape[1]
+        else:
+            shape = (cu_seqlens_q.shape[0] - 1, q.shape[1], min(max_seqlen_q, q.shape[0]),
+                     min(max_seqlen_k, k.shape[0]))
+        opts.update(_mask_args(block_mask, block_size, q, *shape, direction == "bwd")[0])
     return torch.ops.flashattn.kernel_path(
         direction, q, k, v, cu_seqlens_q, cu_seqlens_k,
         -1 if max_seqlen_q is None else max_seqlen_q,

@@ -188,6 +188,76 @@ def test_forms_agree(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_prepared_mask(device):
+    """A BlockSparseMask (block_sparse_mask, compressed once) of either form gives the raw
+    mask's out, lse, S and gradients bit for bit (dropout on, seeded alike), padded and varlen,
+    as does a forward without autograd (which compresses no transposed view); a block_size
+    other than its own raises."""
+    q, k, v = (t.requires_grad_() for t in _inputs(device))
+    bs = (64, 64)
+    dense = make_mask("half", (2, 1, 3, 3), device)
+    res = []
+    for m, b in ((dense, bs), (flashattn.block_sparse_mask(dense, bs), None),
+                 (flashattn.block_sparse_mask(compress(dense), bs), bs)):
+        torch.manual_seed(5)  # the same dropout mask in each
+        out, lse, s = flashattn.block_sparse_attn_func(q, k, v, m, b, dropout_p=0.17,
+                                                       causal=True, return_attn_probs=True)
+        assert s is not None
+        res.append((out, lse, s) + torch.autograd.grad(out.square().sum(), (q, k, v)))
+    for other in res[1:]:
+        for a, b in zip(res[0], other):
+            assert torch.equal(a, b)
+    prepared = flashattn.block_sparse_mask(dense, bs)
+    assert isinstance(prepared, flashattn.BlockSparseMask) and prepared.block_size == bs
+    with torch.no_grad():
+        torch.manual_seed(5)
+        out = flashattn.block_sparse_attn_func(q, k, v, dense, bs, dropout_p=0.17, causal=True)
+    assert torch.equal(out, res[0][0])
+    with pytest.raises(ValueError, match="block_size"):
+        flashattn.block_sparse_attn_func(q, k, v, prepared, (128, 128))
+    with pytest.raises(TypeError, match="BlockSparseMask already"):
+        flashattn.block_sparse_mask(prepared)
+    with pytest.raises(ValueError, match="4 dimensions"):
+        flashattn.block_sparse_mask(dense[0], bs)
+    cu = _cu([37, 0, 70], device)
+    dtype = q.dtype
+    qv, kv, vv = (rand([107, h, 32], dtype, device).requires_grad_() for h in (4, 2, 2))
+    vmask = make_mask("half", (3, 4, 2, 3), device)
+    got = []
+    for m, b in ((vmask, (64, 32)), (flashattn.block_sparse_mask(vmask, (64, 32)), None)):
+        out = flashattn.block_sparse_attn_varlen_func(qv, kv, vv, cu, cu, 70, 70, m, b,
+                                                      causal=True)
+        got.append((out,) + torch.autograd.grad(out.square().sum(), (qv, kv, vv)))
+    for a, b in zip(*got):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_path_block_mask(device):
+    """flashattn.kernel_path with a block mask names the backend the block-sparse call runs:
+    on Hopper sm90 for padded 128 x 128 blocks (both directions at d128), sm80 for blocks the
+    sm90 tiles do not divide; a bad mask raises the call's own error."""
+    q, k, v = _inputs(device, sq=256, sk=384, d=128)
+    dense = make_mask("half", (2, 4, 2, 3), device)
+    hopper = device != "cpu" and torch.cuda.get_device_capability() == (9, 0)
+    for direction in ("fwd", "bwd"):
+        path = flashattn.kernel_path(q, k, v, direction=direction, block_mask=dense,
+                                     block_size=(128, 128))
+        assert path == flashattn.kernel_path(q, k, v, direction=direction,
+                                             block_mask=flashattn.block_sparse_mask(dense))
+        if device == "cpu":
+            assert path == "cpu"
+        elif hopper:
+            assert path == "sm90", (direction, path)
+    small = make_mask("half", (2, 4, 4, 6), device)
+    if device != "cpu":
+        assert flashattn.kernel_path(q, k, v, block_mask=small, block_size=(64, 64)) in (
+            "sm80", "sm80-ptx")
+    with pytest.raises(ValueError, match="block_mask must have shape"):
+        flashattn.kernel_path(q, k, v, block_mask=small, block_size=(128, 128))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("sink", [False, True], ids=["nosink", "sink"])
 def test_dropped_rows(device, sink):
     """Query blocks whose tiles are all dropped: out exactly 0, lse -inf (the sink with one),
@@ -324,6 +394,17 @@ def test_clamped_metadata(device):
     assert torch.equal(got, want)
 
 
+def skip_if_forced_refusal(*args, **kw):
+    """Skips a test whose call the forced backend (FLASHATTN_FORCE_BACKEND=sm90) refuses, as
+    flashattn.kernel_path reports it; any other error fails."""
+    try:
+        flashattn.kernel_path(*args, **kw)
+    except RuntimeError as err:
+        if "FLASHATTN_FORCE_BACKEND=sm90, but" not in str(err):
+            raise
+        pytest.skip(str(err))
+
+
 def _op_args(device):
     q, k, v = _inputs(device, sq=100, sk=90)
     dense = make_mask("half", (2, 1, 2, 3), device)
@@ -337,6 +418,8 @@ def _op_args(device):
 def test_opcheck(device, features):
     ops = torch.ops.flashattn
     (q, k, v), opts, sparse = _op_args(device)
+    skip_if_forced_refusal(q, k, v, causal=True, window_size=(-1, 0),
+                           block_mask=make_mask("half", (2, 1, 2, 3), device), block_size=(64, 32))
     feats = {}
     if features:
         feats = dict(dropout_p=0.3, rng_state=torch.tensor([42, 7], dtype=torch.int64,
@@ -547,6 +630,8 @@ def test_varlen_opcheck_and_compile(device):
         make_mask("half", (3, 1, 2, 3), device), 64, 32)
     opts = (0.25, True, -1, 0, 0.0, None)
     meta = (cu, cu, 70, 70)
+    skip_if_forced_refusal(q, k, v, *meta, causal=True, block_mask=make_mask(
+        "half", (3, 1, 2, 3), device), block_size=(64, 32))
     torch.library.opcheck(ops.varlen_fwd.default, (q, k, v, *meta, *opts), sparse)
     out, lse = ops.varlen_fwd(q, k, v, *meta, *opts, **sparse)
     torch.library.opcheck(ops.varlen_bwd.default,

@@ -430,18 +430,24 @@ std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
                         int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
                         bool causal, int64_t window_left, int64_t window_right, double softcap,
                         std::optional<Tensor> alibi_slopes, double dropout_p,
-                        std::optional<Tensor> learnable_sink) {
+                        std::optional<Tensor> learnable_sink,
+                        std::optional<Tensor> kv_num_blocks, std::optional<Tensor> kv_indices,
+                        std::optional<Tensor> q_num_blocks, std::optional<Tensor> q_indices,
+                        int64_t block_size_m, int64_t block_size_n) {
   FLASHATTN_CHECK(direction == "fwd" || direction == "bwd",
                   "direction must be 'fwd' or 'bwd', got '", direction, "'");
   const bool varlen = cu_seqlens_q.has_value();
   Problem pb = check_either(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  Options opt = with_features(make_options(softmax_scale, causal, window_left, window_right,
-                                           softcap, std::move(alibi_slopes), false),
-                              dropout_p, std::nullopt, std::move(learnable_sink));
+  Options opt = op_options(softmax_scale, causal, window_left, window_right, softcap,
+                           std::move(alibi_slopes), false, dropout_p, std::nullopt,
+                           std::move(learnable_sink), std::move(kv_num_blocks),
+                           std::move(kv_indices), std::move(q_num_blocks), std::move(q_indices),
+                           block_size_m, block_size_n);
   check_options(opt, pb, q);
   FLASHATTN_CHECK(!is_fp8(q) || direction == "fwd", kFp8ForwardOnly);
   check_fp8(opt, pb, q, /*paged=*/false);
   check_features(opt, pb, q, /*need_rng=*/false);
+  check_block_sparse(opt, pb, q, /*backward=*/direction == "bwd", /*paged=*/false);
   if (q.is_cpu()) return backend_name(Backend::kCpu);
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
   BwdParams p;  // the forward's part filled; as a backward: dout laid out like out, no
@@ -451,6 +457,7 @@ std::string kernel_path(std::string direction, Tensor q, Tensor k, Tensor v,
   if (direction == "fwd") return backend_name(choose_fwd(p));
   p.do_batch_stride = p.o_batch_stride, p.do_row_stride = p.o_row_stride;
   p.do_head_stride = p.o_head_stride;
+  fill_bwd_block_mask(p, opt);
   return backend_name(choose_bwd(p));
 }
 

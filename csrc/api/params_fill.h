@@ -165,17 +165,21 @@ inline void fill_fwd_params(FwdParams& p, const Problem& pb, const Tensor& q, co
   }
 }
 
+// The backward's block-mask view (the kept query blocks of each key block), when given.
+inline void fill_bwd_block_mask(BwdParams& p, const Options& opt) {
+  if (!opt.q_num_blocks.has_value()) return;
+  p.q_num_blocks = static_cast<const int32_t*>(opt.q_num_blocks->data_ptr());
+  p.q_indices = static_cast<const int32_t*>(opt.q_indices->data_ptr());
+  block_mask_strides(*opt.q_num_blocks, p.bs_t_batch_stride, p.bs_t_head_stride);
+}
+
 inline void fill_bwd_params(BwdParams& p, const Problem& pb, const Tensor& dout, const Tensor& q,
                             const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse, const Tensor& dq, const Tensor& dk,
                             const Tensor& dv, const Tensor& dsoftmax_sum, const Tensor* dsink,
                             const Options& opt, const Tensor* cu_q, const Tensor* cu_k) {
   fill_fwd_params(p, pb, q, k, v, &out, &lse, opt, cu_q, cu_k);
-  if (opt.q_num_blocks.has_value()) {
-    p.q_num_blocks = static_cast<const int32_t*>(opt.q_num_blocks->data_ptr());
-    p.q_indices = static_cast<const int32_t*>(opt.q_indices->data_ptr());
-    block_mask_strides(*opt.q_num_blocks, p.bs_t_batch_stride, p.bs_t_head_stride);
-  }
+  fill_bwd_block_mask(p, opt);
   p.do_ptr = dout.data_ptr();
   auto sdo = strides_of(dout), sdq = strides_of(dq), sdk = strides_of(dk),
        sdv = strides_of(dv);

@@ -106,11 +106,14 @@ inline constexpr const char* kFwdKvcacheSchema =
 
 // Which backend ("cpu", "sm80", "sm80-ptx", "sm80-decode", "sm90") the fwd / bwd direction of a call with
 // these inputs would run; varlen when cu_seqlens_q/k are given. Raises what the call would
-// (float8 q: the FP8 errors; the bwd direction of float8 inputs: FP8 is forward only).
+// (float8 q: the FP8 errors; the bwd direction of float8 inputs: FP8 is forward only). The
+// block-mask arguments as in the attention ops (the bwd direction needs the transposed view).
 inline constexpr const char* kKernelPathSchema =
     "kernel_path(str direction, Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, "
     "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
     "bool causal, int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
-    "float dropout_p=0.0, Tensor? learnable_sink=None) -> str";
+    "float dropout_p=0.0, Tensor? learnable_sink=None, Tensor? kv_num_blocks=None, "
+    "Tensor? kv_indices=None, Tensor? q_num_blocks=None, Tensor? q_indices=None, "
+    "int block_size_m=128, int block_size_n=128) -> str";
 
 }  // namespace flashattn::api
