@@ -39,6 +39,8 @@ def test_rows_on_cpu():
         kept = int(mask.sum()) * cell.B
         assert row["kept_flops"] == 4.0 * 128 * 128 * 16 * kept * (2.5 if cell.mode == "bwd" else 1)
         assert row["flashattn"] > 0 and row["dense"] > 0
+        assert row[bench_sparse.PER_CALL] > 0  # ours given the raw mask, compressed per call
+        assert row["path"] == ("cpu" if cell.mode == "fwd" else "cpu+cpu")  # kernel_path's
         # ours and Flex agree on the same inputs (fp32: rounding only)
         assert row["flex_max_diff"] < 1e-4, row
         if cell.mode == "fwd":
@@ -50,3 +52,4 @@ def test_rows_on_cpu():
     lines = make_table.sparse_table(rows)
     assert len([ln for ln in lines if ln.startswith("| fwd") or ln.startswith("| bwd")]) == 4
     assert any(ln.startswith("fwd: ×flex median") for ln in lines)
+    assert "| cpu |" in lines[2] and "mask per call" in lines[0]
