@@ -207,8 +207,8 @@ def sm90_bwd_dropout_factors(device):
 
 @pytest.mark.parametrize("device,c", cuda_case_params(sm90_bwd_dropout_factors, seed=3))
 def test_dropout_sm90_backward(device, c, seed, monkeypatch):
-    """The sm90 dropout backward (off by default until a GPU run verifies it:
-    FLASHATTN_SM90_DROPOUT_BWD=1), on the sm90 forward: the checks of test_dropout, with the
+    """The sm90 dropout backward (the default on Hopper; FLASHATTN_SM90_DROPOUT_BWD=0 turns it
+    off, =1 is set here), on the sm90 forward: the checks of test_dropout, with the
     op's own choice asserted to be the sm90 backward (skipped off Hopper)."""
     if not (torch.cuda.get_device_capability() == (9, 0)
             and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
@@ -360,16 +360,14 @@ def test_dropout_arguments(device):
         flashattn.flash_attn_with_kvcache(q, q, q, dropout_p=0.1)
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def _sm90_dropout_on(direction):
     """launch_fwd_sm90.cuh / launch_bwd_sm90.cuh's switches, read per call: the sm90 dropout
-    forward is on unless FLASHATTN_SM90_DROPOUT=0, its backward only under
-    FLASHATTN_SM90_DROPOUT_BWD=1."""
-    if direction == "fwd":
-        return os.environ.get("FLASHATTN_SM90_DROPOUT") != "0"
-    return os.environ.get("FLASHATTN_SM90_DROPOUT_BWD") == "1"
+    forward and backward are on unless FLASHATTN_SM90_DROPOUT=0 / FLASHATTN_SM90_DROPOUT_BWD=0."""
+    name = "FLASHATTN_SM90_DROPOUT" if direction == "fwd" else "FLASHATTN_SM90_DROPOUT_BWD"
+    return os.environ.get(name) != "0"
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("switch", [None, "0", "1"])
 def test_kernel_path(device, switch, monkeypatch):
     """CPU runs dropout and sinks; on CUDA a dropout call runs where the call without it would

@@ -17,15 +17,15 @@
 
 namespace flashattn::sm90 {
 
-// The sm90 dropout backward (written 2026-12-02 after that session's GPU time): off unless
-// FLASHATTN_SM90_DROPOUT_BWD=1, until a GPU run has its tests pass (read per call: tests
-// switch it); the sm80 backward runs dropout otherwise.
+// The sm90 dropout backward: on unless FLASHATTN_SM90_DROPOUT_BWD=0 (read per call: tests
+// switch it), which sends dropout backwards to the sm80 kernels. Its tests passed on the H200
+// (2026-12-03) and it ran 1.5-1.7x the sm80 dropout backward there (benchmarks/NOTES.md).
 inline bool sm90_dropout_bwd_enabled() {
 #ifdef FLASHATTN_DISABLE_DROPOUT
   return false;
 #else
   const char* env = std::getenv("FLASHATTN_SM90_DROPOUT_BWD");
-  return env != nullptr && env[0] == '1' && env[1] == '\0';
+  return !(env != nullptr && env[0] == '0' && env[1] == '\0');
 #endif
 }
 
@@ -61,7 +61,7 @@ inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   fwd.kv_num_blocks = nullptr;
   if (const char* why = fwd_unsupported(fwd)) return why;
   if (p.dropout_threshold > 0 && !sm90_dropout_bwd_enabled())
-    return "dropout (FLASHATTN_SM90_DROPOUT_BWD=1 turns the sm90 dropout backward on; the sm80 "
+    return "dropout (FLASHATTN_SM90_DROPOUT_BWD=0 turns the sm90 dropout backward off; the sm80 "
            "backward runs it)";
   if (const char* why = bwd_sparse_unsupported(p)) return why;
   // The fp32 accumulators' rows are the sm80 bucket long (bwd_workspace_layout).
@@ -109,8 +109,14 @@ enum class BwdOrder { kAuto, kPerHead };
 
 // Pairs per section: as many as keep their Q, dO and dQ accumulator in 80% of L2 (a power of
 // two, as FA3 found faster), at least 1; 0 for the per-pair order.
+// A block mask takes the section order whatever its window: a key block kept by many query
+// blocks (local + global masks: the global keys, kept by every query block) is heaviest, and
+// masks put those first far more often than last; one head after another would leave the last
+// heads' heavy key blocks to end the kernel alone.
 inline int bwd_section_pairs(const BwdParams& p, int kd, BwdOrder order) {
-  if (order == BwdOrder::kPerHead || !heavy_first_ok(p.window_left, p.window_right, 0)) return 0;
+  if (order == BwdOrder::kPerHead ||
+      (!heavy_first_ok(p.window_left, p.window_right, 0) && p.q_num_blocks == nullptr))
+    return 0;
   const int64_t per_pair =
       int64_t(p.seqlen_q) * ((int64_t(p.headdim) + p.headdim_v) * 2 + int64_t(kd) * 4);
   const int64_t l2 = int64_t(current_device_attribute(cudaDevAttrL2CacheSize)) * 4 / 5;
