@@ -42,13 +42,18 @@ struct FwdMaps {
 // per tile / stage and moved by desc_add per k-step, the consumer's warpgroup index in a
 // uniform register (at N = 512 ours executed 1.4x FA4's instructions, the extra integer and
 // uniform ones, ~100 of them per key block rebuilding the 16 descriptors: NOTES, 2026-12-03).
+// kVLate (an experiment, 0 in the package): a steady-state step waits for V_j inside its turn,
+// after issuing S_{j+1} = Q K_{j+1}^T, instead of before the turn (FA4's sm90 order: the
+// producer loads K_{j+1} before V_j, so waiting for both first holds the next QK^T, and the
+// other warpgroup's turn, until V_j lands).
 inline constexpr float kLazyLog2 = 8.f;
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
-          int kLazy_ = 0, int kDescBase_ = 0>
+          int kLazy_ = 0, int kDescBase_ = 0, int kVLate_ = 0>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
   static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
   static constexpr bool kLazy = kLazy_ != 0, kDescBase = kDescBase_ != 0;
+  static constexpr bool kVLate = kVLate_ != 0;
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
   static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
@@ -541,9 +546,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       auto step = [&](int it, const uint32_t (&cur)[kBN / 16][4],
                       uint32_t (&nxt)[kBN / 16][4]) {
         wait_k(it + 1);
-        wait_v(it);
+        if constexpr (!Cfg::kVLate) wait_v(it);
         turn_begin();
         issue_qk(it + 1);
+        if constexpr (Cfg::kVLate) wait_v(it);
         issue_pv(it, cur);
         turn_end();
         wgmma_wait<1>();

@@ -43,6 +43,11 @@ template <class P>
 using Desc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 1>;
 template <class P>
 using LazyDesc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1, 1>;
+// ... waiting for V_j after issuing S_{j+1} (kVLate, FA4's order), alone and with kDescBase.
+template <class P>
+using VLate = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 0, 1>;
+template <class P>
+using VLateDesc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 1, 1>;
 struct Candidate {
   const char* name;
   void (*run)(const FwdParams&);
@@ -77,9 +82,8 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg lazy", run90<Lazy<Pkg>>},
-    {"pkg desc", run90<Desc<Pkg>>},
-    {"pkg lazy desc", run90<LazyDesc<Pkg>>},
+    {"pkg vlate", run90<VLate<Pkg>>},
+    {"pkg vlate desc", run90<VLateDesc<Pkg>>},
     {"192x128 ov", run90<Cfg<192, 128, 2, kOverlap>>},
     {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
     {"128x192 pp", run90<Cfg<128, 192, 2, kPingPong>>},
@@ -93,12 +97,11 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg lazy", run90<Lazy<Pkg>>},
-    {"pkg desc", run90<Desc<Pkg>>},
-    {"pkg lazy desc", run90<LazyDesc<Pkg>>},
+    {"pkg vlate", run90<VLate<Pkg>>},
+    {"pkg vlate desc", run90<VLateDesc<Pkg>>},
     {"128x128 ov", run90<Cfg<128, 128, 2, kOverlap>>},
     {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
-    {"128x176 lazy", run90<sm90::FwdConfig<kD, kD, 128, 176, 2, kPingPong, 0, 1>>},
+    {"128x176 vlate", run90<VLate<Cfg<128, 176, 2, kPingPong>>>},
     {"128x176 ov", run90<Cfg<128, 176, 2, kOverlap>>},
     {"128x160 pp", run90<Cfg<128, 160, 2, kPingPong>>},
     {"pkg exp 1/4 fma", run90<Cfg<128, 128, 2, kPingPong, 4>>},
@@ -109,9 +112,8 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg lazy", run90<Lazy<Pkg>>},
-    {"pkg desc", run90<Desc<Pkg>>},
-    {"pkg lazy desc", run90<LazyDesc<Pkg>>},
+    {"pkg vlate", run90<VLate<Pkg>>},
+    {"pkg vlate desc", run90<VLateDesc<Pkg>>},
     {"128x80 pp", run90<Cfg<128, 80, 2, kPingPong>>},
     {"128x64 ov", run90<Cfg<128, 64, 2, kOverlap>>},
     {"128x64 pp", run90<Cfg<128, 64, 2, kPingPong>>},
