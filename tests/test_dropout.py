@@ -187,13 +187,18 @@ def test_dropout(device, c, seed):
     run_case(device, c, seed)
 
 
+@pytest.mark.parametrize("draw", ["0", "1"], ids=["consumers_draw", "producers_draw"])
 @pytest.mark.parametrize("device,c", cuda_case_params(dropout_factors, seed=2))
-def test_dropout_sm90_forward(device, c, seed, monkeypatch):
+def test_dropout_sm90_forward(device, c, seed, draw, monkeypatch):
     """The sm90 dropout forward (on by default; FLASHATTN_SM90_DROPOUT=0 turns it off),
-    forced: the same checks as test_dropout (its S, out, lse, and
-    the sm80 backward's gradients under the mask the forward drew). A call sm90 declines
-    (head dims it has no kernel for, unaligned inputs) skips with the forced-sm90 reason."""
+    forced: the same checks as test_dropout (its S, out, lse, and the backward's gradients
+    under the mask the forward drew), with the keep mask drawn by the consumers and, under
+    FLASHATTN_SM90_DROPOUT_DRAW=1, by the producer warpgroup's idle warps (kernel_fwd_sm90.cuh,
+    kDraw: the 128-row tiles up to d128; the others draw in the consumers either way). A call
+    sm90 declines (head dims it has no kernel for, unaligned inputs) skips with the forced-sm90
+    reason."""
     monkeypatch.setenv("FLASHATTN_SM90_DROPOUT", "1")
+    monkeypatch.setenv("FLASHATTN_SM90_DROPOUT_DRAW", draw)
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
     run_case(device, c, seed)
 
