@@ -10,8 +10,8 @@ TFLOP/s of the whole N x N (the rate a sparse call should keep). Before timing, 
 ours and Flex once on the same inputs and records their largest difference (`flex_max_diff`):
 the two compute the same attention or the row says they do not. Ours and Flex take the mask
 compressed once (block_sparse_mask, Flex's BlockMask); `flashattn_mask_per_call` is ours given
-the raw bool mask, which every call compresses (the cost of not preparing it). Masks (issue 16): "random50"
-(a fixed random half of the blocks of each head, plus the diagonal), "random25", and
+the raw bool mask, which every call compresses (the cost of not preparing it). Masks (issue 16):
+"random50" (a fixed random half of the blocks of each head, plus the diagonal), "random25", and
 "local_global" (a band of BAND blocks either side of the diagonal plus the first GLOBAL key
 blocks). benchmarks/bench_attn.py --sparse runs the grid.
 """

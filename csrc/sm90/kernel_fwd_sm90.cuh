@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const int stage = draws & 1, use = draws >> 1;
             if (use > 0) mbar_wait(draw_empty + stage, (use - 1) & 1);
             const int J0 = ((ti.kbl.hi - 1 - it) * kBN) >> 4;
-            uint8_t* ring = draw_ring + stage * kDrawStage;
+            const uint32_t ring = smem_u32(draw_ring) + stage * kDrawStage;
             for (int x = dt; x < kUnits; x += 96) {
               // Unit u = 4 q + t4 of block (I0 + il, J0 + kk) feeds lanes (2q, t4) (words 0,
               // 1: rows g, g + 8) and (2q + 1, t4) (words 2, 3) of consumer warp il (its 16
@@ -286,10 +286,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               const int u = x & 15, kk = (x >> 4) % kDrawNB, il = (x >> 4) / kDrawNB;
               const Philox4 z = dropout_bits(r.seed, r.offset, r.b, r.h, I0 + il, J0 + kk, u);
               const int ct = il * 32 + (u >> 2) * 8 + (u & 3);
-              ring[ct * kDrawBytes + kk] =
-                  static_cast<uint8_t>(bits4(z.x[0]) | (bits4(z.x[1]) << 4));
-              ring[(ct + 4) * kDrawBytes + kk] =
-                  static_cast<uint8_t>(bits4(z.x[2]) | (bits4(z.x[3]) << 4));
+              st_shared_u8(ring + ct * kDrawBytes + kk, bits4(z.x[0]) | (bits4(z.x[1]) << 4));
+              st_shared_u8(ring + (ct + 4) * kDrawBytes + kk,
+                           bits4(z.x[2]) | (bits4(z.x[3]) << 4));
             }
             mbar_arrive(draw_full + stage);  // release: this thread's bytes
           }
@@ -543,11 +542,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (kDraw && draw) {  // the producers' ring (kDraw): this thread's byte per block
           const int slot = kv_base + it, stage = slot & 1;
           mbar_wait(draw_full + stage, (slot >> 1) & 1);
-          const uint8_t* mine = draw_ring + stage * kDrawStage + (c * 128 + t) * kDrawBytes;
+          const uint32_t mine =
+              smem_u32(draw_ring) + stage * kDrawStage + (c * 128 + t) * kDrawBytes;
           uint32_t m[kDrawBytes / 4];
 #pragma unroll
-          for (int i = 0; i < kDrawBytes / 4; ++i)
-            m[i] = reinterpret_cast<const uint32_t*>(mine)[i];
+          for (int i = 0; i < kDrawBytes / 4; i += 2)
+            ld_shared_v2_u32(mine + 4 * i, m[i], m[i + 1]);
           mbar_arrive(draw_empty + stage);  // (release: after the loads above)
 #pragma unroll
           for (int kk = 0; kk < kNB; ++kk) {
