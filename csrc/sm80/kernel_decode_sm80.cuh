@@ -170,27 +170,54 @@ __global__ void __launch_bounds__(T::kThreads)
                  has_table ? static_cast<const void*>(table + table_slot(blk, tid)) : p.k_ptr,
                  has_table);
   };
+  // The rows' offsets first, in straight-line loops per case (paged with a power-of-two page,
+  // paged, contiguous), then the copies: with the paged test inside the unrolled row loop,
+  // every row branched between the two address paths and its table load (LDS) sat on that
+  // row's own chain to its copy (SASS, 2026-12-03); here a block's table loads issue together.
+  auto row_offsets = [&](int blk, int64_t (&koff)[Copy::kRowIters],
+                         int64_t (&voff)[Copy::kRowIters]) {
+    if (paged) {
+      const int* slot = tab + (blk % kStages) * kGroups;
+      int page[Copy::kRowIters], in_page[Copy::kRowIters];
+#pragma unroll
+      for (int i = 0; i < Copy::kRowIters; ++i)
+        page[i] = min(max(slot[(row0 + i * Copy::kRowsPerStep) >> 4], 0), p.num_pages - 1);
+      const int lr0 = static_cast<int>(seq.k_row0) + blk * kBN + row0;
+      if (a.page_shift >= 0) {
+        const int mask = (1 << a.page_shift) - 1;
+#pragma unroll
+        for (int i = 0; i < Copy::kRowIters; ++i)
+          in_page[i] = (lr0 + i * Copy::kRowsPerStep) & mask;
+      } else {
+#pragma unroll
+        for (int i = 0; i < Copy::kRowIters; ++i)
+          in_page[i] = (lr0 + i * Copy::kRowsPerStep) % p.page_size;
+      }
+#pragma unroll
+      for (int i = 0; i < Copy::kRowIters; ++i) {
+        koff[i] = int64_t(page[i]) * p.k_batch_stride + int64_t(in_page[i]) * p.k_row_stride;
+        voff[i] = int64_t(page[i]) * p.v_batch_stride + int64_t(in_page[i]) * p.v_row_stride;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < Copy::kRowIters; ++i) {
+        const int64_t lr = seq.k_row0 + blk * kBN + row0 + i * Copy::kRowsPerStep;
+        koff[i] = seq.k_batch * p.k_batch_stride + lr * p.k_row_stride;
+        voff[i] = seq.k_batch * p.v_batch_stride + lr * p.v_row_stride;
+      }
+    }
+  };
   auto load_block = [&](int blk, int stage) {
     const uint32_t dk = sKV + stage * T::kStageBytes, dv = dk + TileKV::kBytes;
+    int64_t koff[Copy::kRowIters], voff[Copy::kRowIters];
+    row_offsets(blk, koff, voff);
 #pragma unroll
     for (int i = 0; i < Copy::kRowIters; ++i) {
       const int row = row0 + i * Copy::kRowsPerStep;
       const int j = blk * kBN + row;
       const bool ok = j < seq.seqlen_k;
-      int64_t koff, voff;
-      if (paged) {
-        const int lr = static_cast<int>(seq.k_row0) + j;
-        const int in_page = a.page_shift >= 0 ? lr & ((1 << a.page_shift) - 1) : lr % p.page_size;
-        const int page = min(max(tab[(blk % kStages) * kGroups + (row >> 4)], 0), p.num_pages - 1);
-        koff = int64_t(page) * p.k_batch_stride + int64_t(in_page) * p.k_row_stride;
-        voff = int64_t(page) * p.v_batch_stride + int64_t(in_page) * p.v_row_stride;
-      } else {
-        const int64_t lr = seq.k_row0 + j;
-        koff = seq.k_batch * p.k_batch_stride + lr * p.k_row_stride;
-        voff = seq.k_batch * p.v_batch_stride + lr * p.v_row_stride;
-      }
-      const Element* ks = k_head + koff;
-      const Element* vs = v_head + voff;
+      const Element* ks = k_head + koff[i];
+      const Element* vs = v_head + voff[i];
 #pragma unroll
       for (int c = 0; c < Copy::kColIters; ++c) {
         const int chunk = chunk0 + c * Copy::kThreadsPerRow, col = chunk * 8;
