@@ -202,8 +202,8 @@ def decode_table(rows: list) -> list:
 
 def sparse_table(rows: list) -> list:
     """The block-sparse rows (bench_attn.py --sparse): effective TFLOP/s of ours (its mask
-    compressed once, and compressed at every call), Flex and our dense kernel, our speed over Flex and over dense, |ours - Flex| of one forward; then issue
-    16's targets per mode (x flex: fwd >= 1.4, bwd >= 1.25; x dense >= 0.9 where a query
+    compressed once, and compressed at every call), Flex and our dense kernel, our speed over
+    Flex and over dense, |ours - Flex| of one forward; then issue 16's targets per mode (x flex: fwd >= 1.4, bwd >= 1.25; x dense >= 0.9 where a query
     block row keeps >= 8 blocks on average)."""
     out = ["| mode | mask | d | N | B | H | path | density | blocks / row | flashattn | "
            "mask per call | flex | dense | ×flex | ×dense | max abs diff to flex |",

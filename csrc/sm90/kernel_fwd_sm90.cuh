@@ -33,11 +33,8 @@ struct FwdMaps {
 // Compile-time shape of one kernel: head dims, tile, ring depth, consumer schedule, and
 // kExpFma: every kExpFma-th 8-key column block of P takes its exponentials on the FMA units
 // (exp2_fma), the rest on the SFU; 0: all on the SFU.
-// kLazy (FA4's lazy rescaling; an experiment, 0 in the package): a row keeps its running
-// max while a block's max exceeds it by at most kLazyLog2 in log2 units (P then reaches at
-// most 2^kLazyLog2, exact after the final division by the row sum, which uses the same max),
-// and a warp whose rows all kept theirs skips O's rescale (kDv / 2 multiplies per thread per
-// block). (The cross-tile pipeline tried in this slot lost at every N, 2026-12-03.)
+// (FA4's lazy rescaling and a cross-tile pipeline were tried in this slot and measured no
+// gain, 2026-12-03: benchmarks/NOTES.md.)
 // kDescBase (an experiment, 0 in the package): the WGMMA descriptors of each operand built once
 // per tile / stage and moved by desc_add per k-step, the consumer's warpgroup index in a
 // uniform register (at N = 512 ours executed 1.4x FA4's instructions, the extra integer and
@@ -46,14 +43,12 @@ struct FwdMaps {
 // after issuing S_{j+1} = Q K_{j+1}^T, instead of before the turn (FA4's sm90 order: the
 // producer loads K_{j+1} before V_j, so waiting for both first holds the next QK^T, and the
 // other warpgroup's turn, until V_j lands).
-inline constexpr float kLazyLog2 = 8.f;
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
-          int kLazy_ = 0, int kDescBase_ = 0, int kVLate_ = 0>
+          int kDescBase_ = 0, int kVLate_ = 0>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
   static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
-  static constexpr bool kLazy = kLazy_ != 0, kDescBase = kDescBase_ != 0;
-  static constexpr bool kVLate = kVLate_ != 0;
+  static constexpr bool kDescBase = kDescBase_ != 0, kVLate = kVLate_ != 0;
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
   static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
@@ -260,11 +255,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int dt = t - 32;
         constexpr int kUnits = (kBM / 16) * kDrawNB * 16;  // 16 cells each
         DropoutRng r = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0);
-        // The 4 keep flags of a Philox word as bits 0-3 (the partial products of the multiply
-        // land on distinct bits: no carries).
-        auto bits4 = [&](uint32_t w) {
-          return ((dropout_kept4(r, w) & 0x01010101u) * 0x01020408u) >> 24;
-        };
+        auto bits4 = [&](uint32_t w) { return dropout_kept_bits4(dropout_kept4(r, w)); };
         int draws = 0;  // key blocks drawn, across tiles (the consumers' kv_base + it)
         for (int k = 0;; ++k) {
           const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
@@ -277,7 +268,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int it = 0; it < ti.n_iters; ++it, ++draws) {
             const int stage = draws & 1, use = draws >> 1;
             if (use > 0) mbar_wait(draw_empty + stage, (use - 1) & 1);
-            const int J0 = ((ti.kbl.hi - 1 - it) * kBN) >> 4;
+            const int J0 = (key_block(ti, 0u, it) * kBN) >> 4;
             const uint32_t ring = smem_u32(draw_ring) + stage * kDrawStage;
             for (int x = dt; x < kUnits; x += 96) {
               // Unit u = 4 q + t4 of block (I0 + il, J0 + kk) feeds lanes (2q, t4) (words 0,
@@ -489,14 +480,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         float mx = mxc[0];
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        if constexpr (Cfg::kLazy)  // keep the running max while the block stays near it
-          if (row_max[r] != -INFINITY && (mx - row_max[r]) * scale_log2 <= kLazyLog2)
-            mx = row_max[r];
         // -inf guards: a row with nothing visible yet keeps max -inf and P = 0 (exp2(-inf)).
         const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
         alpha[r] = row_max[r] == -INFINITY ? 0.f : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
-        if constexpr (Cfg::kLazy)  // exactly 1 where the max was kept (the FFMA above is not)
-          if (mx == row_max[r]) alpha[r] = 1.f;
         row_max[r] = mx;
 #pragma unroll
         for (int j = 0; j < kSN; ++j)
@@ -553,9 +539,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int kk = 0; kk < kNB; ++kk) {
             const uint32_t b = (m[kk / 4] >> (8 * (kk % 4))) & 0xffu;
 #pragma unroll
-            for (int half = 0; half < 2; ++half)  // bits 4 half .. + 3 -> 0xff per byte
-              apply_kept(kk, (((b >> (4 * half)) & 0xfu) * 0x00204081u & 0x01010101u) * 0xffu,
-                         half);
+            for (int half = 0; half < 2; ++half)  // bits 4 half .. + 3: row g + 8 half
+              apply_kept(kk, dropout_kept_from_bits4(b >> (4 * half)), half);
           }
         } else {
 #pragma unroll
@@ -574,8 +559,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     };
     auto rescale_o = [&]() {
-      if constexpr (Cfg::kLazy)  // (alpha is exactly 1 for a row that kept its max)
-        if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
       for (int j = 0; j < kON; ++j)
 #pragma unroll

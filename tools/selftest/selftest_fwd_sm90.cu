@@ -33,21 +33,13 @@ constexpr int kD = SELFTEST_D;
 // The shapes timed against each other: the package's (first) and the alternatives.
 template <int kBM, int kBN, int kStages, int kSchedule, int kExpFma = 0>
 using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule, kExpFma>;
-// The package's tile with lazy rescaling (kernel_fwd_sm90.cuh, kLazy: the running max kept
-// while a block stays within 2^8 of it, O's rescale skipped by warps that kept theirs).
+// The package's tile waiting for V_j after issuing S_{j+1} (kVLate, FA4's order), alone and
+// with the descriptors built once per operand and moved per k-step (kDescBase). (Lazy
+// rescaling, tried here, measured no gain and is gone: benchmarks/NOTES.md, 2026-12-03.)
 template <class P>
-using Lazy = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1>;
-// ... with the descriptors built once per operand and moved per k-step (kDescBase), alone and
-// with lazy rescaling.
+using VLate = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 1>;
 template <class P>
-using Desc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 1>;
-template <class P>
-using LazyDesc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1, 1>;
-// ... waiting for V_j after issuing S_{j+1} (kVLate, FA4's order), alone and with kDescBase.
-template <class P>
-using VLate = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 0, 1>;
-template <class P>
-using VLateDesc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 1, 1>;
+using VLateDesc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1, 1>;
 struct Candidate {
   const char* name;
   void (*run)(const FwdParams&);
