@@ -241,10 +241,15 @@ def test_long_sequence_short_window(c):
          softcap=0.0, alibi="none", heads=(16, 16)),  # 6 x 32 = 192, the snake deal
     dict(dtype="bf16", hd=(128, 128), sl=(1500, 1500), causal=False, window=(200, 0),
          softcap=0.0, alibi="none", heads=(8, 8)),    # 12 x 16 = 192
-    # >= 8192 keys, plain, non-causal: sm90's long-key tile at d128 (128 x 176, a partial
-    # last key block), and a case with a score transform that stays on 128 x 128
+    # >= 8192 keys, plain, non-causal or causal: sm90's long-key tile at d128 (128 x 176, a
+    # partial last key block; causal with the diagonal crossing key blocks of 176), and a case
+    # with a score transform that stays on 128 x 128
     dict(dtype="bf16", hd=(128, 128), sl=(300, 8300), causal=False, window="none",
          softcap=0.0, alibi="none", heads=(4, 2)),
+    dict(dtype="bf16", hd=(128, 128), sl=(700, 8250), causal=True, window="none",
+         softcap=0.0, alibi="none", heads=(4, 2)),
+    dict(dtype="fp16", hd=(128, 128), sl=(8200, 8200), causal=True, window="none",
+         softcap=0.0, alibi="none", heads=(1, 1)),
     dict(dtype="fp16", hd=(96, 96), sl=(130, 8192), causal=False, window="none",
          softcap=0.0, alibi="none", heads=(2, 1)),
     dict(dtype="bf16", hd=(128, 128), sl=(200, 8200), causal=False, window="none",

@@ -39,7 +39,7 @@ struct FwdMaps {
 // per tile / stage and moved by desc_add per k-step, the consumer's warpgroup index in a
 // uniform register (at N = 512 ours executed 1.4x FA4's instructions, the extra integer and
 // uniform ones, ~100 of them per key block rebuilding the 16 descriptors: NOTES, 2026-12-03).
-// kVLate (an experiment, 0 in the package): a steady-state step waits for V_j inside its turn,
+// kVLate (the package's at d <= 128: tile_fwd_sm90.h's fwd_v_late): a steady-state step waits for V_j inside its turn,
 // after issuing S_{j+1} = Q K_{j+1}^T, instead of before the turn (FA4's sm90 order: the
 // producer loads K_{j+1} before V_j, so waiting for both first holds the next QK^T, and the
 // other warpgroup's turn, until V_j lands).
@@ -76,7 +76,7 @@ struct FwdConfig {
 template <int kD, int kDv, bool kLocal>
 using FwdConfigOf = FwdConfig<kD, kDv, fwd_tile(kD, kDv, kLocal).block_m,
                               fwd_tile(kD, kDv, kLocal).block_n, fwd_tile(kD, kDv, kLocal).stages,
-                              fwd_tile(kD, kDv, kLocal).schedule>;
+                              fwd_tile(kD, kDv, kLocal).schedule, 0, 0, fwd_v_late(kD, kDv)>;
 
 // What one tile (kBM query rows of one head of one sequence) covers.
 struct FwdTileInfo {

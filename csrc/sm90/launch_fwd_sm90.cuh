@@ -273,7 +273,7 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
 
 // The package's kernels of the (kD, kDv) variant: tile_fwd_sm90.h's tile, the local one
 // (causal or window) when it differs, the long-key one (fwd_tile_long) for plain non-causal
-// calls over >= kLongKeys keys.
+// and causal calls over >= kLongKeys keys.
 template <int kD, int kDv, typename Element>
 void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   constexpr FwdTile kGlobal = fwd_tile(kD, kDv, false), kLocal = fwd_tile(kD, kDv, true);
@@ -283,7 +283,7 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   if (p.kv_num_blocks != nullptr) {  // fwd_sparse_unsupported took the call
     if constexpr (kSparse.block_m > 0) {
       using Sparse = FwdConfig<kD, kDv, kSparse.block_m, kSparse.block_n, kSparse.stages,
-                               kSparse.schedule>;
+                               kSparse.schedule, 0, 0, fwd_v_late(kD, kDv)>;
       launch_fwd_sm90_sparse<Sparse, Element>(p, stream);
       return;
     }
@@ -291,9 +291,11 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   }
   if constexpr (kLong.block_m > 0) {
     const bool plain = p.dropout_threshold <= 0 && !fwd_score_mod(p);
-    if (plain && p.window_left < 0 && p.window_right < 0 && p.seqlen_k >= kLongKeys &&
+    const bool causal_or_none = p.window_left < 0 && p.window_right <= 0;
+    if (plain && causal_or_none && p.seqlen_k >= kLongKeys &&
         smem_optin_bytes() >= fwd_smem_bytes(kLong, kD, kDv)) {
-      using Long = FwdConfig<kD, kDv, kLong.block_m, kLong.block_n, kLong.stages, kLong.schedule>;
+      using Long = FwdConfig<kD, kDv, kLong.block_m, kLong.block_n, kLong.stages, kLong.schedule,
+                             0, 0, fwd_v_late(kD, kDv)>;
       launch_fwd_sm90_kernel<Long, Element, false>(p, stream, {});
       return;
     }

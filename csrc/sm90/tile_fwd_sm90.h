@@ -60,15 +60,25 @@ constexpr FwdTile fwd_tile(int d, int dv, bool /*local*/) {
                     : FwdTile{128, 80, st, kOverlap};
 }
 
-// Non-causal calls without a score transform or dropout over at least kLongKeys keys take
-// fwd_tile_long's tile where it has one (block_m 0: none). d128: 128 x 176 ping-pong (FA3's
-// non-causal d128 tile); self-test, interleaved and cold (2026-12-02): +5% / +4% at 8k / 16k
-// (636 vs 613 TFLOP/s at 16k), the same at 2k-4k, -2..-4% at <= 1k against 128 x 128.
+// Non-causal and causal calls (no other window) without a score transform or dropout over at
+// least kLongKeys keys take fwd_tile_long's tile where it has one (block_m 0: none). d128:
+// 128 x 176 ping-pong (FA3's non-causal d128 tile); self-test, interleaved and cold
+// (2026-12-02): +5% / +4% at 8k / 16k (636 vs 613 TFLOP/s at 16k), the same at 2k-4k,
+// -2..-4% at <= 1k against 128 x 128. Causal (2026-12-04, both waiting for V late): 589 / 632
+// against 575 / 603 at 8k / 16k (+2.5% / +4.7%), 528 / 525 at 4k, 440 / 466 at 2k (-6%).
 inline constexpr int kLongKeys = 8192;
 constexpr FwdTile fwd_tile_long(int d, int dv) {
   return d == 128 && dv == 128 ? FwdTile{128, 176, 2, kPingPong}  // 3 stages exceed the smem
                                : FwdTile{0, 0, 0, 0};
 }
+
+// Whether the steady-state step waits for V_j after issuing S_{j+1} = Q K_{j+1}^T (kVLate,
+// kernel_fwd_sm90.cuh; FA3's and FA4's order) rather than before its turn. Self-test, cold,
+// 2026-12-04 (TFLOP/s, late / early): d64 0..+2.6% at every N and causal (16k nc 529 / 521,
+// 8k 525 / 511); d128 -0.4..+2.2% on 128 x 128 (16k nc 623 / 609), +1.6..+3.1% on the long
+// tile from 4k up (16k nc 644 / 630), -3% at 2k there; d256 -2..-6% (16k nc 705 / 721): late
+// at head dims up to 128 only (d192 untimed, left early as d256).
+constexpr bool fwd_v_late(int d, int dv) { return d <= 128 && dv <= 128; }
 
 // Shared memory of a tile: Q, the K and V stages (each a 1024-aligned tile of 64-column
 // chunks), 128 bytes of mbarriers, 1024 of alignment slack.

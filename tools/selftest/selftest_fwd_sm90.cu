@@ -30,16 +30,21 @@ using bf16 = __nv_bfloat16;
 #endif
 constexpr int kD = SELFTEST_D;
 
-// The shapes timed against each other: the package's (first) and the alternatives.
+// The shapes timed against each other: the package's (first) and the alternatives, each
+// waiting for V as the package does at this head dim (fwd_v_late) unless named otherwise.
 template <int kBM, int kBN, int kStages, int kSchedule, int kExpFma = 0>
-using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule, kExpFma>;
-// The package's tile waiting for V_j after issuing S_{j+1} (kVLate, FA4's order), alone and
-// with the descriptors built once per operand and moved per k-step (kDescBase). (Lazy
-// rescaling, tried here, measured no gain and is gone: benchmarks/NOTES.md, 2026-12-03.)
+using Cfg = sm90::FwdConfig<kD, kD, kBM, kBN, kStages, kSchedule, kExpFma, 0,
+                            sm90::fwd_v_late(kD, kD)>;
+// A shape waiting for V_j in the other order than the package's (kVLate: after issuing
+// S_{j+1}, FA4's order, or before the turn), and one with the descriptors built once per
+// operand and moved per k-step (kDescBase). (Lazy rescaling, tried here, measured no gain and
+// is gone: benchmarks/NOTES.md, 2026-12-03.)
 template <class P>
-using VLate = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0, 1>;
+using VFlip = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 0,
+                              P::kVLate ? 0 : 1>;
 template <class P>
-using VLateDesc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1, 1>;
+using Desc = sm90::FwdConfig<kD, kD, P::kBM, P::kBN, P::kStages, P::kSchedule, 0, 1,
+                             P::kVLate ? 1 : 0>;
 struct Candidate {
   const char* name;
   void (*run)(const FwdParams&);
@@ -74,8 +79,8 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg vlate", run90<VLate<Pkg>>},
-    {"pkg vlate desc", run90<VLateDesc<Pkg>>},
+    {"pkg v early", run90<VFlip<Pkg>>},
+    {"pkg desc", run90<Desc<Pkg>>},
     {"192x128 ov", run90<Cfg<192, 128, 2, kOverlap>>},
     {"128x128 pp", run90<Cfg<128, 128, 2, kPingPong>>},
     {"128x192 pp", run90<Cfg<128, 192, 2, kPingPong>>},
@@ -89,11 +94,11 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg vlate", run90<VLate<Pkg>>},
-    {"pkg vlate desc", run90<VLateDesc<Pkg>>},
+    {"pkg v early", run90<VFlip<Pkg>>},
+    {"pkg desc", run90<Desc<Pkg>>},
     {"128x128 ov", run90<Cfg<128, 128, 2, kOverlap>>},
     {"128x176 pp", run90<Cfg<128, 176, 2, kPingPong>>},
-    {"128x176 vlate", run90<VLate<Cfg<128, 176, 2, kPingPong>>>},
+    {"128x176 v early", run90<VFlip<Cfg<128, 176, 2, kPingPong>>>},
     {"128x176 ov", run90<Cfg<128, 176, 2, kOverlap>>},
     {"128x160 pp", run90<Cfg<128, 160, 2, kPingPong>>},
     {"pkg exp 1/4 fma", run90<Cfg<128, 128, 2, kPingPong, 4>>},
@@ -104,8 +109,8 @@ static const Candidate kCandidates[] = {
     {"pkg 1/tile", run90_grid<Pkg>},
     {"pkg snake", run90_persistent<Pkg>},
     {"pkg grouped", run90_grouped<Pkg>},
-    {"pkg vlate", run90<VLate<Pkg>>},
-    {"pkg vlate desc", run90<VLateDesc<Pkg>>},
+    {"pkg v late", run90<VFlip<Pkg>>},
+    {"pkg desc", run90<Desc<Pkg>>},
     {"128x80 pp", run90<Cfg<128, 80, 2, kPingPong>>},
     {"128x64 ov", run90<Cfg<128, 64, 2, kOverlap>>},
     {"128x64 pp", run90<Cfg<128, 64, 2, kPingPong>>},
