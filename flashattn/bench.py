@@ -12,6 +12,7 @@ import contextlib
 import functools
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -96,54 +97,73 @@ def _timed_calls(calls: list, n: int, device: torch.device) -> list:
 @dataclass
 class Timing:
     """How long to warm up and measure: the call counts follow from a first timed call.
-    rounds: bench_cell times a cell's implementations in that many interleaved rounds, the
-    order rotated per round (each implementation rep_ms / rounds a round)."""
+    rounds: bench_cell times a cell's implementations in that many interleaved rounds, each
+    round in its own order (each implementation rep_ms / rounds a round). lead_ms: untimed
+    calls of an implementation before each of its timed batches (at least one), so that a
+    batch is timed in that implementation's own steady state, not in its predecessor's."""
     warmup_ms: float = 50.0
     rep_ms: float = 200.0
     min_reps: int = 10
     max_reps: int = 200
     rounds: int = 5
+    lead_ms: float = 10.0
 
 
-def _warm_up(calls: list, device: torch.device, timing: Timing) -> int:
-    """Warms `calls` up (after their untimed first call) and returns how many to time:
-    rep_ms over a first estimate, within [min_reps, max_reps]."""
+def _warm_up(calls: list, device: torch.device, timing: Timing) -> tuple:
+    """Warms `calls` up (after their untimed first call): (how many to time, rep_ms over a
+    first estimate within [min_reps, max_reps]; how many lead each timed batch, lead_ms over
+    it, at least one; 0 without warm-up or repetitions asked for)."""
     if timing.warmup_ms > 0 or timing.rep_ms > 0:
         estimate = max(statistics.median(_timed_calls(calls, 3, device)), 1e-3)
         _timed_calls(calls, int(timing.warmup_ms / estimate), device)
         n = int(timing.rep_ms / estimate)
+        lead = max(1, math.ceil(timing.lead_ms / estimate)) if timing.lead_ms > 0 else 0
     else:
-        n = 0
-    return min(max(n, timing.min_reps), timing.max_reps)
+        n = lead = 0
+    return min(max(n, timing.min_reps), timing.max_reps), lead
 
 
 def time_calls(calls: list, device: torch.device, timing: Timing) -> list:
     """Per-call times in ms after warm-up; the first call (handle creation, plan building,
     allocations) is never timed."""
     calls[0]()
-    return _timed_calls(calls, _warm_up(calls, device, timing), device)
+    return _timed_calls(calls, _warm_up(calls, device, timing)[0], device)
+
+
+def round_orders(n: int, rounds: int, seed: int = 0) -> list:
+    """The order of n entries in each of `rounds` rounds: each round a fresh permutation
+    (seeded: the same run to run), so that no entry keeps one predecessor. Rotating one order kept each entry behind the same one in
+    every round: on the H200 (2026-12-04) our sm90 forward timed behind FA4 ran 5-10% slower
+    than the same kernel timed behind our dropout forward (the sink column, 1.05-1.10x
+    "faster" than the plain one): clocks after a kernel of more or less power."""
+    rng = random.Random(seed)
+    return [rng.sample(range(n), n) for _ in range(rounds)]
 
 
 def time_interleaved(entries: list, device: torch.device, timing: Timing) -> list:
     """Per-call times (ms) of each (context, calls) entry (calls None: not timed, None back),
-    in timing.rounds interleaved rounds with the order rotated per round, each entry after its
-    warm-up (its first call already made). Timed one after the other, an implementation's
-    number depended on what ran before it (on the H200 the same kernel measured 4-18% apart
-    by its position in the sequence, clocks recovering after a slower kernel: NOTES.md
-    2026-12-02); rounds spread every implementation over the same stretch of time."""
+    in timing.rounds interleaved rounds, each in its own order (round_orders), each entry after
+    its warm-up (its first call already made) and each timed batch after timing.lead_ms of
+    untimed calls of its own. Timed one after the other, an implementation's number depended
+    on what ran before it (on the H200 the same kernel measured 4-18% apart by its position in
+    the sequence, clocks recovering after a slower kernel: NOTES.md 2026-12-02); rounds
+    spread every implementation over the same stretch of time."""
     rounds = max(1, timing.rounds)
-    per_round = [0] * len(entries)
+    per_round, lead = [0] * len(entries), [0] * len(entries)
     for i, (context, calls) in enumerate(entries):
         if calls is not None:
             with context():
-                per_round[i] = max(1, math.ceil(_warm_up(calls, device, timing) / rounds))
+                n, lead[i] = _warm_up(calls, device, timing)
+                per_round[i] = max(1, math.ceil(n / rounds))
     times = [[] if calls is not None else None for _, calls in entries]
     order = [i for i, (_, calls) in enumerate(entries) if calls is not None]
-    for r in range(rounds):
-        for j in range(len(order)):
-            i = order[(j + r) % len(order)]
+    for perm in round_orders(len(order), rounds):
+        for j in perm:
+            i = order[j]
             context, calls = entries[i]
             with context():
+                if lead[i]:
+                    _timed_calls(calls, lead[i], device)
                 times[i] += _timed_calls(calls, per_round[i], device)
     return times
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -120,18 +121,23 @@ static const Candidate kCandidates[] = {
 #endif
 
 // Median time of each of `runs`, timed in interleaved rounds (each round one warm-up and one
-// timed call of every run, the order rotated per round): one after the other, the first
+// timed call of every run, each round in its own seeded order): one after the other, the first
 // candidates of a cell ran up to 10-18% faster than the same kernel later (GPU clocks after
-// the slower sm80 kernel of the cell before, 2026-12-02), which no order-blind median removes.
+// the slower sm80 kernel of the cell before, 2026-12-02), which no order-blind median removes;
+// one order rotated kept each run behind the same neighbour (the package benchmark's sink
+// column 5-10% "faster" than the same kernel without a sink, 2026-12-04: flashattn.bench).
 static std::vector<double> interleaved_median_ms(const std::vector<std::function<void()>>& runs) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   const int n = static_cast<int>(runs.size()), rounds = 15;
   std::vector<std::vector<float>> ms(n);
-  for (int r = 0; r < rounds; ++r)
-    for (int j = 0; j < n; ++j) {
-      const int i = (j + r) % n;
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(12345);
+  for (int r = 0; r < rounds; ++r) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const int i : order) {
       runs[i]();
       CK(cudaEventRecord(e0));
       runs[i]();
@@ -141,6 +147,7 @@ static std::vector<double> interleaved_median_ms(const std::vector<std::function
       CK(cudaEventElapsedTime(&t, e0, e1));
       ms[i].push_back(t);
     }
+  }
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
   std::vector<double> med(n);
