@@ -187,18 +187,13 @@ def test_dropout(device, c, seed):
     run_case(device, c, seed)
 
 
-@pytest.mark.parametrize("draw", ["0", "1"], ids=["consumers_draw", "producers_draw"])
 @pytest.mark.parametrize("device,c", cuda_case_params(dropout_factors, seed=2))
-def test_dropout_sm90_forward(device, c, seed, draw, monkeypatch):
+def test_dropout_sm90_forward(device, c, seed, monkeypatch):
     """The sm90 dropout forward (on by default; FLASHATTN_SM90_DROPOUT=0 turns it off),
     forced: the same checks as test_dropout (its S, out, lse, and the backward's gradients
-    under the mask the forward drew), with the keep mask drawn by the consumers and, under
-    FLASHATTN_SM90_DROPOUT_DRAW=1, by the producer warpgroup's idle warps (kernel_fwd_sm90.cuh,
-    kDraw: the 128-row tiles up to d128; the others draw in the consumers either way). A call
-    sm90 declines (head dims it has no kernel for, unaligned inputs) skips with the forced-sm90
-    reason."""
+    under the mask the forward drew). A call sm90 declines (head dims it has no kernel for,
+    unaligned inputs) skips with the forced-sm90 reason."""
     monkeypatch.setenv("FLASHATTN_SM90_DROPOUT", "1")
-    monkeypatch.setenv("FLASHATTN_SM90_DROPOUT_DRAW", draw)
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
     run_case(device, c, seed)
 
@@ -208,29 +203,6 @@ def sm90_bwd_dropout_factors(device):
     no softcap or ALiBi; with dropout always."""
     return dict(dropout_factors(device), hd=[(64, 64), (128, 128), (120, 120), (40, 40)],
                 softcap=[0.0], alibi=["none"], p=[0.17, 0.5, 0.9])
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_dropout_sm90_draw_persistent(device, causal, monkeypatch):
-    """The producer-drawn keep mask (FLASHATTN_SM90_DROPOUT_DRAW=1) across the tiles of a
-    persistent CTA: 144 tiles of 128 rows (more than an H200's SMs; causal: the pair deal, an
-    odd query-block count, skipped tiles), out and lse bit for bit those of the consumers'
-    draw (which test_dropout_sm90_forward checks against the reference)."""
-    if device == "cpu":
-        pytest.skip("the sm90 kernels' switch (CUDA only)")
-    if not (torch.cuda.get_device_capability() == (9, 0)
-            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
-        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
-    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
-    q, k, v = (rand([2, 300, h, 128], torch.bfloat16, device) for h in (24, 8, 8))
-    res = []
-    for draw in ("0", "1"):
-        monkeypatch.setenv("FLASHATTN_SM90_DROPOUT_DRAW", draw)
-        torch.manual_seed(11)
-        out, lse, _ = flashattn.flash_attn_func(q, k, v, dropout_p=0.3, causal=causal,
-                                                return_attn_probs=True)
-        res.append((out, lse))
-    assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
 
 
 @pytest.mark.parametrize("device,c", cuda_case_params(sm90_bwd_dropout_factors, seed=3))

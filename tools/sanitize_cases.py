@@ -107,15 +107,13 @@ def sm90_cases():
     run_sparse(1, 390, 300, 4, 4, 64, 64, fp16, causal=True)  # d64's own 128 x 128 tile
     run_sparse(1, 300, 420, 4, 2, 128, 128, bf16, dropout_p=0.2, softcap=5.0)
     run_sparse(2, 1100, 1500, 8, 2, 128, 128, bf16, block=(256, 256), forward_only=True)
-    # The dropout forward's keep mask drawn by the producers (kDraw, FLASHATTN_SM90_DROPOUT_DRAW
-    # =1; d128's 128-row tile only): causal, varlen, persistent grids with more tiles than
-    # SMs (the snake deal, and the pair deal's skipped tiles: causal, odd query-block counts)
-    os.environ["FLASHATTN_SM90_DROPOUT_DRAW"] = "1"
+    # The dropout forward at d128 (the consumers draw the keep mask): causal, varlen,
+    # persistent grids with more tiles than SMs (the snake deal, and the pair deal's skipped
+    # tiles: causal, odd query-block counts)
     run_padded(1, 300, 420, 4, 2, 128, 128, bf16, dropout_p=0.2, causal=True)
     run_padded(2, 1100, 1300, 8, 2, 128, 128, fp16, dropout_p=0.1, forward_only=True)
     run_padded(2, 300, 300, 24, 8, 128, 128, bf16, dropout_p=0.3, causal=True)  # 144 tiles
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 128, bf16, dropout_p=0.15, causal=True)
-    del os.environ["FLASHATTN_SM90_DROPOUT_DRAW"]
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

@@ -27,16 +27,6 @@ __device__ __forceinline__ uint32_t dropout_kept4(const DropoutRng& r, uint32_t 
   return __vcmpgeu4(word, r.threshold4);
 }
 
-// The 4 flags of a keep word (0xff / 0 bytes) as bits 0-3 and back (the sm90 forward's
-// producer-drawn mask, kernel_fwd_sm90.cuh kDraw). Both multiplies' partial products land on
-// distinct bits, so nothing carries.
-__device__ __forceinline__ uint32_t dropout_kept_bits4(uint32_t kept) {
-  return ((kept & 0x01010101u) * 0x01020408u) >> 24;
-}
-__device__ __forceinline__ uint32_t dropout_kept_from_bits4(uint32_t bits) {
-  return ((bits & 0xfu) * 0x00204081u & 0x01010101u) * 0xffu;
-}
-
 // S orientation (forward; rows = queries): lane (g = lane / 4, t = lane % 4) holds rows
 // {g, g + 8} and columns {2t, 2t + 1, 2t + 8, 2t + 9} of a block, unit (g / 2, t). Blocks A =
 // (I, J) and B = (I, J + 1). On return a[half] / b[half]: the keep word of row g + 8 half in

@@ -126,18 +126,11 @@ __device__ __forceinline__ FwdTileInfo fwd_tile_info(const FwdParams& p, int til
 // (fwd_sparse_smem_bytes), up to two tiles ahead; the loading thread and the consumers walk
 // that list where they walk the key blocks down otherwise, and release it (its empty
 // mbarrier counts them all). A tile with an empty list writes O = 0 and lse = -inf (the sink).
-// kDraw (Has_dropout without a block mask, where tile_fwd_sm90.h's fwd_draw_smem_bytes finds
-// room; on at run time by draw_on, launch_fwd_sm90.cuh's sm90_dropout_draw): warps 1-3 of the
-// producer warpgroup draw the keep mask of each (tile, key block) into a two-stage ring in
-// shared memory, one byte per consumer thread and 16-column block (bits 0-3: row g's columns
-// 2t, 2t + 1, 2t + 8, 2t + 9; bits 4-7: row g + 8; dropout_lanes.cuh's S orientation), and the
-// consumers read theirs with one shared load per key block instead of drawing it inside the
-// softmax (~400 instructions per thread and key block there: NOTES, 2026-12-03).
 template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
           bool Is_sparse = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
-                    int group, int deal, int list_cap, int draw_on) {
+                    int group, int deal, int list_cap) {
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kD = Cfg::kD, kDv = Cfg::kDv;
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
@@ -145,15 +138,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // setmaxnreg moves registers within the CTA's pool (kThreads x the launch's per-thread
   // count, 168 at 384 threads): the roles' sum may not exceed it, or an increase waits for
   // ever. The block-sparse list warp spills at 24: there 40 + 2 x 232.
-  constexpr int kDrawNB = kBN / 16, kDrawBytes = fwd_draw_bytes_per_thread(kBN);
-  constexpr int kDrawStage = kNC * 128 * kDrawBytes;
-  constexpr bool kDraw = fwd_draws_mask<Has_dropout && !Is_sparse, kD, kDv>(
-      FwdTile{kBM, kBN, kStages, kSchedule});
-  // The drawing warps' Philox spills below 56 registers (40: 24 bytes, 24: 124 bytes at
-  // d128); the d128 consumers fit 224 with it (ptxas, 2026-12-03; kDraw has two consumers).
-  static_assert(!kDraw || kNC == 2, "fwd_draws_mask: 128-row tiles");
-  constexpr int kProducerRegs = kDraw ? 56 : Is_sparse && kNC == 2 ? 40 : Cfg::kProducerRegs;
-  constexpr int kConsumerRegs = kDraw ? 224 : Is_sparse && kNC == 2 ? 232 : Cfg::kConsumerRegs;
+  constexpr int kProducerRegs = Is_sparse && kNC == 2 ? 40 : Cfg::kProducerRegs;
+  constexpr int kConsumerRegs = Is_sparse && kNC == 2 ? 232 : Cfg::kConsumerRegs;
   static_assert(kProducerRegs + kNC * kConsumerRegs <= (kNC + 1) * ((65536 / Cfg::kThreads) & ~7),
                 "the roles' registers fit the CTA's pool");
   extern __shared__ uint8_t smem_raw[];
@@ -171,11 +157,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* list_empty = list_full + 2;
   int* list_count = reinterpret_cast<int*>(list_full + 4);
   int* lists = reinterpret_cast<int*>(smem + Cfg::kSmemBar + 128 + 64);
-  // kDraw: draw_full / draw_empty [2] in the same place, then the two mask stages.
-  uint64_t* draw_full = list_full;
-  uint64_t* draw_empty = draw_full + 2;
-  uint8_t* draw_ring = smem + Cfg::kSmemBar + 128 + 64;
-  const bool draw = kDraw && draw_on != 0;
   // The loading thread and the consumers take each tile's list in turn (`uses` counts them):
   // its count, its shared address into `list`; release_list(uses) when read no more.
   auto take_list = [&](int& uses, uint32_t& list) {
@@ -210,11 +191,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mbar_init(list_full + i, 1);
         mbar_init(list_empty + i, kNC * 128 + 1);  // the consumers and the loading thread
       }
-    if (draw)
-      for (int i = 0; i < 2; ++i) {
-        mbar_init(draw_full + i, 96);         // the drawing threads
-        mbar_init(draw_empty + i, kNC * 128);  // every consumer thread
-      }
     mbar_init_fence();
   }
   __syncthreads();
@@ -244,44 +220,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (lane == 0) {
             list_count[buf] = min(cnt, list_cap);
             mbar_arrive(list_full + buf);
-          }
-        }
-        return;
-      }
-    }
-    if constexpr (kDraw) {
-      if (t >= 32) {  // warps 1-3 draw the keep masks, in the order the consumers take them
-        if (!draw) return;
-        const int dt = t - 32;
-        constexpr int kUnits = (kBM / 16) * kDrawNB * 16;  // 16 cells each
-        DropoutRng r = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0);
-        auto bits4 = [&](uint32_t w) { return dropout_kept_bits4(dropout_kept4(r, w)); };
-        int draws = 0;  // key blocks drawn, across tiles (the consumers' kv_base + it)
-        for (int k = 0;; ++k) {
-          const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
-          if (tile == kNoTile) break;
-          if (tile == kSkipTile) continue;
-          const FwdTileInfo ti = fwd_tile_info<kBM, kBN>(p, tile, m_blocks, group);
-          if (ti.m0 >= ti.si.seqlen_q || ti.n_iters == 0) continue;  // as the consumers skip
-          r.b = ti.b, r.h = ti.h;
-          const int I0 = ti.m0 >> 4;
-          for (int it = 0; it < ti.n_iters; ++it, ++draws) {
-            const int stage = draws & 1, use = draws >> 1;
-            if (use > 0) mbar_wait(draw_empty + stage, (use - 1) & 1);
-            const int J0 = (key_block(ti, 0u, it) * kBN) >> 4;
-            const uint32_t ring = smem_u32(draw_ring) + stage * kDrawStage;
-            for (int x = dt; x < kUnits; x += 96) {
-              // Unit u = 4 q + t4 of block (I0 + il, J0 + kk) feeds lanes (2q, t4) (words 0,
-              // 1: rows g, g + 8) and (2q + 1, t4) (words 2, 3) of consumer warp il (its 16
-              // rows are block I0 + il): consumer threads 32 il + 8 q + t4 and + 4.
-              const int u = x & 15, kk = (x >> 4) % kDrawNB, il = (x >> 4) / kDrawNB;
-              const Philox4 z = dropout_bits(r.seed, r.offset, r.b, r.h, I0 + il, J0 + kk, u);
-              const int ct = il * 32 + (u >> 2) * 8 + (u & 3);
-              st_shared_u8(ring + ct * kDrawBytes + kk, bits4(z.x[0]) | (bits4(z.x[1]) << 4));
-              st_shared_u8(ring + (ct + 4) * kDrawBytes + kk,
-                           bits4(z.x[2]) | (bits4(z.x[3]) << 4));
-            }
-            mbar_arrive(draw_full + stage);  // release: this thread's bytes
           }
         }
         return;
@@ -525,36 +463,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
           for (int half = 0; half < 2; ++half) apply_kept(kk, dropout_kept4(rng, w[half]), half);
         };
-        if (kDraw && draw) {  // the producers' ring (kDraw): this thread's byte per block
-          const int slot = kv_base + it, stage = slot & 1;
-          mbar_wait(draw_full + stage, (slot >> 1) & 1);
-          const uint32_t mine =
-              smem_u32(draw_ring) + stage * kDrawStage + (c * 128 + t) * kDrawBytes;
-          uint32_t m[kDrawBytes / 4];
 #pragma unroll
-          for (int i = 0; i < kDrawBytes / 4; i += 2)
-            ld_shared_v2_u32(mine + 4 * i, m[i], m[i + 1]);
-          mbar_arrive(draw_empty + stage);  // (release: after the loads above)
-#pragma unroll
-          for (int kk = 0; kk < kNB; ++kk) {
-            const uint32_t b = (m[kk / 4] >> (8 * (kk % 4))) & 0xffu;
-#pragma unroll
-            for (int half = 0; half < 2; ++half)  // bits 4 half .. + 3: row g + 8 half
-              apply_kept(kk, dropout_kept_from_bits4(b >> (4 * half)), half);
-          }
-        } else {
-#pragma unroll
-          for (int pp = 0; pp < kNB / 2; ++pp) {
-            uint32_t wa[2], wb[2];
-            dropout_words_s(rng, I, J0 + 2 * pp, lane, wa, wb);
-            apply(2 * pp, wa);
-            apply(2 * pp + 1, wb);
-          }
-          if constexpr (kNB % 2 == 1) {
-            uint32_t w1[2];
-            dropout_words_s1(rng, I, J0 + kNB - 1, lane, w1);
-            apply(kNB - 1, w1);
-          }
+        for (int pp = 0; pp < kNB / 2; ++pp) {
+          uint32_t wa[2], wb[2];
+          dropout_words_s(rng, I, J0 + 2 * pp, lane, wa, wb);
+          apply(2 * pp, wa);
+          apply(2 * pp + 1, wb);
+        }
+        if constexpr (kNB % 2 == 1) {
+          uint32_t w1[2];
+          dropout_words_s1(rng, I, J0 + kNB - 1, lane, w1);
+          apply(kNB - 1, w1);
         }
       }
     };

@@ -78,15 +78,6 @@ inline bool sm90_dropout_enabled() {
   return !(env != nullptr && env[0] == '0' && env[1] == '\0');
 }
 
-// The keep mask of the sm90 dropout forward drawn by the producer warpgroup's idle warps
-// (kernel_fwd_sm90.cuh, kDraw; written 2026-12-03 after that session's GPU time): off unless
-// FLASHATTN_SM90_DROPOUT_DRAW=1 until a GPU run has its tests pass and times it (read per
-// call); the consumers draw it otherwise.
-inline bool sm90_dropout_draw() {
-  const char* env = std::getenv("FLASHATTN_SM90_DROPOUT_DRAW");
-  return env != nullptr && env[0] == '1' && env[1] == '\0';
-}
-
 // The tile of a block-sparse call (run_fwd_hdim; block_m 0: none).
 inline FwdTile fwd_sparse_tile_of_call(const FwdParams& p) {
   const int v = fwd_variant(p.headdim, p.headdim_v);
@@ -203,15 +194,7 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
   if (Is_sparse && (p.block_m % Cfg::kBM != 0 || p.block_n % Cfg::kBN != 0))
     throw std::runtime_error("flashattn sm90 fwd: block sizes not multiples of the tile");
   const int64_t list_cap = fwd_sparse_list_cap(p, Cfg::kBN);
-  // The dropout kernels' keep-mask ring where the tile has room (kDraw) and it is switched on.
-  constexpr FwdTile kTile{Cfg::kBM, Cfg::kBN, Cfg::kStages, Cfg::kSchedule};
-  constexpr int kDrawSmem =
-      fwd_draws_mask<Has_dropout && !Is_sparse, Cfg::kD, Cfg::kDv>(kTile)
-          ? fwd_draw_smem_bytes(kTile, Cfg::kD, Cfg::kDv)
-          : 0;
-  const bool draw = kDrawSmem > 0 && p.dropout_threshold > 0 && sm90_dropout_draw();
-  const int64_t smem =
-      Cfg::kSmem + (Is_sparse ? fwd_sparse_smem_bytes(list_cap) : draw ? kDrawSmem : 0);
+  const int64_t smem = Cfg::kSmem + (Is_sparse ? fwd_sparse_smem_bytes(list_cap) : 0);
   if (smem > smem_optin_bytes())
     throw std::runtime_error("flashattn sm90 fwd: a block mask of " + std::to_string(list_cap) +
                              " key tiles needs " + std::to_string(smem) +
@@ -230,7 +213,7 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
                         ? 1
                         : static_cast<int>(std::min<int64_t>(g.group > 0 ? g.group : 1, pairs));
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
-      p, maps, group, deal, static_cast<int>(list_cap), draw ? 1 : 0);
+      p, maps, group, deal, static_cast<int>(list_cap));
   FLASHATTN_LAUNCH_CHECK();
 }
 

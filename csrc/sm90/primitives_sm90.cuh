@@ -37,14 +37,6 @@ __device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
   asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr));
   return v;
 }
-// A byte store / two 32-bit loads at a shared-window address (volatile: kept in order with the
-// mbarrier arrive / wait around them, asm volatile too).
-__device__ __forceinline__ void st_shared_u8(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr), "r"(v));
-}
-__device__ __forceinline__ void ld_shared_v2_u32(uint32_t addr, uint32_t& a, uint32_t& b) {
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "r"(addr));
-}
 // Spins until the phase with this parity has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(

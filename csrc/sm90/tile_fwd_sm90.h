@@ -101,24 +101,4 @@ constexpr FwdTile fwd_tile_sparse(int d, int dv, bool local) {
 // mbarriers (kernel_fwd_sm90.cuh).
 constexpr long long fwd_sparse_smem_bytes(long long cap) { return 64 + 8 * cap; }
 
-// The dropout forward's keep-mask ring (kernel_fwd_sm90.cuh, kDraw): four mbarriers, then two
-// stages of, per consumer thread, a byte per 16-column block of a key block (8 or 16 bytes);
-// 0 where the tile leaves no room for it or has more than 16 such blocks (there the consumers
-// draw their mask themselves).
-constexpr int fwd_draw_bytes_per_thread(int block_n) { return block_n / 16 <= 8 ? 8 : 16; }
-constexpr int fwd_draw_smem_bytes(FwdTile t, int d, int dv) {
-  const int bytes = 64 + 2 * (t.block_m / 64) * 128 * fwd_draw_bytes_per_thread(t.block_n);
-  return t.block_n / 16 <= 16 && fwd_smem_bytes(t, d, dv) + bytes <= 232448 ? bytes : 0;
-}
-// Which dropout kernels draw their mask in the producers (kDraw): two consumer warpgroups
-// (128-row tiles) at head dims up to 128, where the registers allow it without spills (the
-// drawing warps need 56, the consumers then get 224: d192 / d256 consumers spill below 240,
-// d64's three at 160 leave the producers 32, where the Philox spills 136 bytes; d256's tile
-// also has no room for the ring).
-template <bool kDropout, int kD, int kDv>
-constexpr bool fwd_draws_mask(FwdTile t) {
-  return kDropout && t.block_m == 128 && kD <= 128 && kDv <= 128 &&
-         fwd_draw_smem_bytes(t, kD, kDv) > 0;
-}
-
 }  // namespace flashattn::sm90
