@@ -132,10 +132,11 @@ def time_calls(calls: list, device: torch.device, timing: Timing) -> list:
 
 def round_orders(n: int, rounds: int, seed: int = 0) -> list:
     """The order of n entries in each of `rounds` rounds: each round a fresh permutation
-    (seeded: the same run to run), so that no entry keeps one predecessor. Rotating one order kept each entry behind the same one in
-    every round: on the H200 (2026-12-04) our sm90 forward timed behind FA4 ran 5-10% slower
-    than the same kernel timed behind our dropout forward (the sink column, 1.05-1.10x
-    "faster" than the plain one): clocks after a kernel of more or less power."""
+    (seeded: the same run to run), so that no entry keeps one predecessor. Rotating one
+    order kept each entry behind the same one in every round: on the H200 (2026-12-04) our
+    sm90 forward timed behind FA4 ran 5-10% slower than the same kernel timed behind our
+    dropout forward (the sink column, 1.05-1.10x "faster" than the plain one): clocks after
+    a kernel of more or less power."""
     rng = random.Random(seed)
     return [rng.sample(range(n), n) for _ in range(rounds)]
 

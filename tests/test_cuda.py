@@ -275,3 +275,43 @@ def test_smem_limit_checked(monkeypatch):
                        else "bytes of shared memory per block, this GPU allows") as e:
         flashattn.flash_attn_func(q, q, q)
     assert not forced or "FLASHATTN_FORCE_BACKEND=sm90" in str(e.value)
+
+
+@pytest.mark.parametrize("d,sq,sk,causal,B,H,Hk,dtype,extra", [
+    (128, 1000, 1100, False, 2, 8, 2, torch.bfloat16, {}),  # 8 query tiles, the last 104 rows
+    (96, 333, 700, True, 3, 4, 4, torch.float16, {}),  # dv 96: the second 64-column box clipped
+    (64, 1500, 1500, True, 2, 16, 4, torch.bfloat16, {}),  # 192-row tiles, persistent pair deal
+    (40, 70, 300, False, 1, 2, 1, torch.float16, {}),  # one partial tile, dv 40
+    (64, 500, 200, True, 2, 4, 2, torch.bfloat16, {}),  # rows seeing no key: O 0, lse -inf
+    (128, 700, 900, False, 2, 4, 4, torch.bfloat16, dict(dropout_p=0.2)),  # the dropout kernel
+    (128, 300, 500, True, 2, 4, 2, torch.float16, dict(softcap=5.0, sink=True)),  # score mod
+])
+def test_sm90_tma_epilogue(d, sq, sk, causal, B, H, Hk, dtype, extra, monkeypatch):
+    """The sm90 forward's epilogue through shared memory and TMA stores (kernel_fwd_sm90.cuh
+    kTmaO: the d64 / d128 tiles, padded calls; on by default) writes out and lse bit for bit
+    as the register stores do (FLASHATTN_SM90_TMA_O=0), which the accuracy tests check
+    against the float64 reference: partial tiles, clipped columns, several batches (a box past
+    a sequence's rows would land in the next one's), rows without keys, dropout, sinks."""
+    if not (torch.cuda.get_device_capability() == (9, 0)
+            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
+        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+    extra = dict(extra)
+    q = torch.randn(B, sq, H, d, device="cuda", dtype=dtype)
+    k = torch.randn(B, sk, Hk, d, device="cuda", dtype=dtype)
+    v = torch.randn(B, sk, Hk, d, device="cuda", dtype=dtype)
+    if extra.pop("sink", False):
+        extra["learnable_sink"] = torch.randn(H, device="cuda")
+    assert flashattn.kernel_path(q, k, v, causal=causal, dropout_p=extra.get("dropout_p", 0.0),
+                                 softcap=extra.get("softcap", 0.0)) == "sm90"
+    res = []
+    for tma in ("1", "0"):
+        monkeypatch.setenv("FLASHATTN_SM90_TMA_O", tma)
+        torch.manual_seed(5)
+        out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True,
+                                                **extra)
+        res.append((out, lse))
+    assert torch.equal(res[0][0], res[1][0]), "out differs between TMA and register stores"
+    assert torch.equal(res[0][1], res[1][1]), "lse differs between TMA and register stores"
+    if causal and sq > sk:
+        blind = sq - sk  # rows that see no key
+        assert (res[0][0][:, :blind] == 0).all() and torch.isinf(res[0][1][:, :, :blind]).all()

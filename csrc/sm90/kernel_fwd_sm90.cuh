@@ -20,6 +20,7 @@
 #include "../common/row_finish.h"
 #include "../common/score_mod.h"
 #include "../common/seqlen.h"
+#include "primitives_bwd_sm90.cuh"
 #include "primitives_sm90.cuh"
 #include "tile_fwd_sm90.h"
 #include "tile_order_sm90.h"
@@ -28,6 +29,7 @@ namespace flashattn::sm90 {
 
 struct FwdMaps {
   CUtensorMap q, k, v;  // 4-D (d, row, head, batch) padded; 3-D (d, row, head) varlen
+  CUtensorMap o;        // padded calls of a kTmaO kernel: 4-D, boxes of 64 columns x 64 rows
 };
 
 // Compile-time shape of one kernel: head dims, tile, ring depth, consumer schedule, and
@@ -39,10 +41,10 @@ struct FwdMaps {
 // per tile / stage and moved by desc_add per k-step, the consumer's warpgroup index in a
 // uniform register (at N = 512 ours executed 1.4x FA4's instructions, the extra integer and
 // uniform ones, ~100 of them per key block rebuilding the 16 descriptors: NOTES, 2026-12-03).
-// kVLate (the package's at d <= 128: tile_fwd_sm90.h's fwd_v_late): a steady-state step waits for V_j inside its turn,
-// after issuing S_{j+1} = Q K_{j+1}^T, instead of before the turn (FA4's sm90 order: the
-// producer loads K_{j+1} before V_j, so waiting for both first holds the next QK^T, and the
-// other warpgroup's turn, until V_j lands).
+// kVLate (the package's at d <= 128: tile_fwd_sm90.h's fwd_v_late): a steady-state step
+// waits for V_j inside its turn, after issuing S_{j+1} = Q K_{j+1}^T, instead of before the
+// turn (FA4's sm90 order: the producer loads K_{j+1} before V_j, so waiting for both first
+// holds the next QK^T, and the other warpgroup's turn, until V_j lands).
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
           int kDescBase_ = 0, int kVLate_ = 0>
 struct FwdConfig {
@@ -60,11 +62,20 @@ struct FwdConfig {
   static constexpr int kQChunk = kBM * 128, kKVChunk = kBN * 128;
   static constexpr int kQBytes = kBM * kD * 2, kKBytes = kBN * kD * 2, kVBytes = kBN * kDv * 2;
   static constexpr int kSmemK = kQBytes, kSmemV = kSmemK + kStages * kKBytes;
-  static constexpr int kSmemBar = kSmemV + kStages * kVBytes;
+  // The output's staging area (tile_fwd_sm90.h's fwd_o_stage_bytes; 0: none): each consumer's
+  // 64 x kDv rows as kDv / 64 chunks of 64 rows x 128 bytes, the TMA store's boxes.
+  static constexpr int kOBytes = fwd_o_stage_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv);
+  static constexpr bool kTmaO = kOBytes > 0;
+  static constexpr int kSmemO = kSmemV + kStages * kVBytes, kOChunk = 64 * 128;
+  static constexpr int kSmemBar = kSmemO + kOBytes;
   static constexpr int kSmem = kSmemBar + 128 + 1024;  // + mbarriers, alignment slack
   static_assert(kSmem == fwd_smem_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv),
                 "tile_fwd_sm90.h's count");
   static_assert((2 + 4 * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
+  static_assert(kSmemO % 1024 == 0 && (64 * kDv * 2) % 1024 == 0, "TMA boxes 1024-aligned");
+  // Named barriers: 1 .. kConsumers the ping-pong turns, then one per consumer (its 128
+  // threads) around its output's staging area.
+  static constexpr int kBarO = 1 + kConsumers;
   static_assert(kSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
   // Registers per thread of the producer and of each consumer (a 64K file: sum <= 512).
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
@@ -126,11 +137,14 @@ __device__ __forceinline__ FwdTileInfo fwd_tile_info(const FwdParams& p, int til
 // (fwd_sparse_smem_bytes), up to two tiles ahead; the loading thread and the consumers walk
 // that list where they walk the key blocks down otherwise, and release it (its empty
 // mbarrier counts them all). A tile with an empty list writes O = 0 and lse = -inf (the sink).
+// tma_o (kTmaO shapes, padded calls: launch_fwd_sm90_kernel): each consumer stages its O rows
+// in shared memory and its thread 0 stores them with TMA, waiting for the store's read only
+// before the next tile's epilogue (and at the end).
 template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
           bool Is_sparse = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
-                    int group, int deal, int list_cap) {
+                    int group, int deal, int list_cap, int tma_o) {
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kD = Cfg::kD, kDv = Cfg::kDv;
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
@@ -484,10 +498,56 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int e = 0; e < 4; ++e) o[j * 4 + e] *= alpha[e >> 1];
     };
 
-    // Epilogue: O / rowsum in Element straight from registers, columns below headdim_v (a
-    // multiple of 8); lse = max * scale + ln(sum), -inf (and O = 0) for a row with no key;
-    // the sink joins the sum (row_finish.h).
+    // Epilogue: O / rowsum in Element, columns below headdim_v (a multiple of 8); lse = max *
+    // scale + ln(sum), -inf (and O = 0) for a row with no key; the sink joins the sum
+    // (row_finish.h). tma_o (kTmaO kernels, padded calls): O through this warpgroup's staging
+    // area and one TMA store per 64 columns (the tensor's extents clip rows past seqlen_q and
+    // columns past headdim_v), issued by thread 0, which lets it run under the next tile;
+    // else straight from registers (4-byte stores, half of each 32-byte sector).
+    auto epilogue_tma = [&] {
+      float* lse =
+          p.lse_ptr + ti.b * p.lse_batch_stride + ti.h * p.lse_head_stride + ti.si.q_row0;
+      const bool has_sink = p.sink_ptr != nullptr;  // params.h; row_finish.h
+      const float sink = has_sink ? p.sink_ptr[ti.h] : 0.f;
+      const uint32_t o_smem = smem_u32(smem + Cfg::kSmemO) + c * (64 * kDv * 2);
+      if (t == 0) bulk_wait_read<0>();  // the last tile's store has read the area
+      __syncwarp();                      // (bar.sync is warp-aligned)
+      named_bar_sync(Cfg::kBarO + c, 128);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = row_sum[r];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        const RowFinish fin = finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f,
+                                         has_sink, sink, Has_dropout ? p.dropout_scale : 1.f);
+        // Row warp * 16 + g + 8 r of the area; n8 block j is 16-byte unit j % 8 of chunk j / 8,
+        // swizzled by the row's index mod 8 (= g): 32 lanes, 32 banks.
+        const int g = lane / 4;
+        const uint32_t row_addr = o_smem + (warp * 16 + g + 8 * r) * 128 + (lane % 4) * 4;
+#pragma unroll
+        for (int j = 0; j < kON; ++j)
+          sts_u32(row_addr + (j / 8) * Cfg::kOChunk + (((j % 8) ^ g) * 16),
+                  pack_x2<Element>(o[j * 4 + 2 * r] * fin.inv, o[j * 4 + 2 * r + 1] * fin.inv));
+        const int row = row0 + 8 * r;
+        if (row < ti.si.seqlen_q && lane % 4 == 0) lse[row] = fin.lse;
+      }
+      fence_async_shared();  // this thread's stores, for the async proxy's read
+      named_bar_sync(Cfg::kBarO + c, 128);
+      if (t == 0) {  // (the next named_bar_sync follows this thread's __syncwarp above)
+#pragma unroll
+        for (int j = 0; j < kDv / 64; ++j)
+          if (64 * j < p.headdim_v)
+            tma_store_4d(&maps.o, o_smem + j * Cfg::kOChunk, 64 * j, ti.m0 + c * 64, ti.h, ti.b);
+        bulk_commit();
+      }
+    };
     auto epilogue = [&] {
+      if constexpr (Cfg::kTmaO) {
+        if (tma_o) {
+          epilogue_tma();
+          return;
+        }
+      }
       Element* out = static_cast<Element*>(p.o_ptr) + ti.b * p.o_batch_stride +
                      ti.h * p.o_head_stride + ti.si.q_row0 * p.o_row_stride;
       float* lse =
@@ -571,6 +631,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     epilogue();
   }
+  if (Cfg::kTmaO && tma_o && t == 0) bulk_wait<0>();  // the area outlives the last store
 }
 
 }  // namespace flashattn::sm90

@@ -78,6 +78,13 @@ inline bool sm90_dropout_enabled() {
   return !(env != nullptr && env[0] == '0' && env[1] == '\0');
 }
 
+// The epilogue's TMA store of O (kernel_fwd_sm90.cuh, kTmaO; written 2026-12-04): on;
+// FLASHATTN_SM90_TMA_O=0 stores O from registers instead (read per call, for the A/B).
+inline bool sm90_tma_o_enabled() {
+  const char* env = std::getenv("FLASHATTN_SM90_TMA_O");
+  return !(env != nullptr && env[0] == '0' && env[1] == '\0');
+}
+
 // The tile of a block-sparse call (run_fwd_hdim; block_m 0: none).
 inline FwdTile fwd_sparse_tile_of_call(const FwdParams& p) {
   const int v = fwd_variant(p.headdim, p.headdim_v);
@@ -168,16 +175,25 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
                           p.q_head_stride, p.q_batch_stride, Cfg::kBM);
   // No keys: every row gets O = 0 and lse = -inf and nothing is loaded, but a tensor map
   // needs extents >= 1 and an address: q's stands in for the empty k and v.
-  const FwdMaps maps =
+  FwdMaps maps =
       rows_k <= 0
-          ? FwdMaps{q_map, q_map, q_map}
+          ? FwdMaps{q_map, q_map, q_map, q_map}
           : FwdMaps{q_map,
                     tensor_map<Element>(p.k_ptr, p.headdim, rows_k, p.nheads_k, batch,
                                         p.k_row_stride, p.k_head_stride, p.k_batch_stride,
                                         Cfg::kBN),
                     tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch,
                                         p.v_row_stride, p.v_head_stride, p.v_batch_stride,
-                                        Cfg::kBN)};
+                                        Cfg::kBN),
+                    q_map};
+  // The epilogue's TMA store (kTmaO): padded calls (varlen boxes would cross into the next
+  // sequence) with a TMA-addressable out.
+  const bool tma_o = Cfg::kTmaO && !p.is_varlen && sm90_tma_o_enabled() &&
+                     aligned_to(p.o_ptr, 16) &&
+                     strides_ok(p.o_row_stride, p.o_head_stride, p.o_batch_stride, 8);
+  if (tma_o)
+    maps.o = tensor_map<Element>(p.o_ptr, p.headdim_v, p.seqlen_q, p.nheads, p.batch,
+                                 p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64);
   const int64_t tiles = (p.seqlen_q + Cfg::kBM - 1) / Cfg::kBM * p.nheads * p.batch;
   if (tiles > INT32_MAX) throw std::runtime_error("flashattn sm90 fwd: 2^31 tiles or more");
   // Persistent, one CTA per SM (the next tile's Q and K load under a tile's epilogue: +5-20%
@@ -213,7 +229,7 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
                         ? 1
                         : static_cast<int>(std::min<int64_t>(g.group > 0 ? g.group : 1, pairs));
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
-      p, maps, group, deal, static_cast<int>(list_cap));
+      p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0);
   FLASHATTN_LAUNCH_CHECK();
 }
 

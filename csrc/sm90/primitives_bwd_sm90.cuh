@@ -1,7 +1,7 @@
-// Hopper building blocks of the backward beyond primitives_sm90.cuh: shared-memory accesses by
-// 32-bit address (always STS / LDS, never the generic ST.E a lost address space gives), bulk
-// reduce-adds into global fp32 (1-D and TMA-tensor), their bulk-group waits, and WGMMA
-// descriptor offsets. Each documents the PTX it emits.
+// Hopper building blocks of the backward (and the forward's epilogue) beyond primitives_sm90.cuh:
+// shared-memory accesses by 32-bit address (always STS / LDS, never the generic ST.E a lost
+// address space gives), bulk reduce-adds into global fp32 (1-D and TMA-tensor), the TMA store,
+// their bulk-group waits, and WGMMA descriptor offsets. Each documents the PTX it emits.
 #pragma once
 #include <cstdint>
 
@@ -48,6 +48,17 @@ __device__ __forceinline__ void tma_reduce_add_4d(const void* tmap, uint32_t src
                                                   int c2, int c3) {
   asm volatile(
       "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4, %5}], [%1];" ::"l"(tmap),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+// cp.async.bulk.tensor (store): one box of a 16-bit tensor map (the map's swizzled layout in
+// shared memory) written to global memory, parts past the tensor's extents not written; in
+// this thread's bulk group (the forward's epilogue, kernel_fwd_sm90.cuh).
+__device__ __forceinline__ void tma_store_4d(const void* tmap, uint32_t src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
       " [%0, {%2, %3, %4, %5}], [%1];" ::"l"(tmap),
       "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
