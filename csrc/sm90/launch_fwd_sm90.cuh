@@ -272,11 +272,13 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
 
 // The package's kernels of the (kD, kDv) variant: tile_fwd_sm90.h's tile, the local one
 // (causal or window) when it differs, the long-key one (fwd_tile_long) for plain non-causal
-// and causal calls over >= kLongKeys keys.
+// and causal calls over >= kLongKeys keys, the short local one (fwd_tile_short_local) for
+// plain causal / window calls of at most kShortLocalRows query rows.
 template <int kD, int kDv, typename Element>
 void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   constexpr FwdTile kGlobal = fwd_tile(kD, kDv, false), kLocal = fwd_tile(kD, kDv, true);
   constexpr FwdTile kLong = fwd_tile_long(kD, kDv);
+  constexpr FwdTile kShort = fwd_tile_short_local(kD, kDv);
   constexpr FwdTile kSparse = fwd_tile_sparse(kD, kDv, false);
   static_assert(kSparse == fwd_tile_sparse(kD, kDv, true), "one block-sparse tile per variant");
   if (p.kv_num_blocks != nullptr) {  // fwd_sparse_unsupported took the call
@@ -296,6 +298,16 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
       using Long = FwdConfig<kD, kDv, kLong.block_m, kLong.block_n, kLong.stages, kLong.schedule,
                              0, 0, fwd_v_late(kD, kDv)>;
       launch_fwd_sm90_kernel<Long, Element, false>(p, stream, {});
+      return;
+    }
+  }
+  if constexpr (kShort.block_m > 0) {
+    const bool plain = p.dropout_threshold <= 0 && !fwd_score_mod(p);
+    const bool local = p.window_left >= 0 || p.window_right >= 0;
+    if (plain && local && p.seqlen_q <= kShortLocalRows) {
+      using Short = FwdConfig<kD, kDv, kShort.block_m, kShort.block_n, kShort.stages,
+                              kShort.schedule, 0, 0, fwd_v_late(kD, kDv)>;
+      launch_fwd_sm90_kernel<Short, Element, false>(p, stream, {});
       return;
     }
   }

@@ -72,6 +72,18 @@ constexpr FwdTile fwd_tile_long(int d, int dv) {
                                : FwdTile{0, 0, 0, 0};
 }
 
+// Causal or windowed calls without a score transform or dropout over at most kShortLocalRows
+// query rows take fwd_tile_short_local's tile where it has one (block_m 0: none). d64: 128 x
+// 128 ping-pong, whose query blocks split 512 / 1024 rows evenly where 192 leaves a third-full
+// last block and the diagonal crosses more of the tile; self-test (2026-12-03, the rotated
+// order), causal, TFLOP/s against 192 x 128: 184.6 / 177.2 at 512, 263.4 / 236.6 at 1k (+11%),
+// 326.1 / 354.4 at 2k (-8%); non-causal 1k 361 / 388 (-7%).
+inline constexpr int kShortLocalRows = 1024;
+constexpr FwdTile fwd_tile_short_local(int d, int dv) {
+  return d <= 64 && dv <= 64 ? FwdTile{128, 128, FLASHATTN_SM90_FWD_STAGES, kPingPong}
+                             : FwdTile{0, 0, 0, 0};
+}
+
 // Whether the steady-state step waits for V_j after issuing S_{j+1} = Q K_{j+1}^T (kVLate,
 // kernel_fwd_sm90.cuh; FA3's and FA4's order) rather than before its turn. Self-test, cold,
 // 2026-12-04 (TFLOP/s, late / early): d64 0..+2.6% at every N and causal (16k nc 529 / 521,
