@@ -15,6 +15,45 @@ namespace flashattn::sm90 {
 template <int N>
 struct Wgmma;  // specialised for every N in tools/generate_wgmma.py's WIDTHS
 
+#define FLASHATTN_WGMMA_REGS_32 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define FLASHATTN_WGMMA_OPS_32 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+  "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+  "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FLASHATTN_WGMMA_SS_32(T)                                                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                           \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." T " {" FLASHATTN_WGMMA_REGS_32 \
+               "}, %16, %17, p, 1, 1, %20, %19;\n}\n"                           \
+               : FLASHATTN_WGMMA_OPS_32                                                     \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(int(kTransB)), "n"(int(kTransA)))
+#define FLASHATTN_WGMMA_RS_32(T)                                                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                           \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." T " {" FLASHATTN_WGMMA_REGS_32 \
+               "}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"             \
+               : FLASHATTN_WGMMA_OPS_32                                                     \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d),        \
+                 "n"(int(kTransB)))
+template <>
+struct Wgmma<32> {
+  template <bool kTransB, typename Element, bool kTransA = false>
+  static __device__ __forceinline__ void ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
+    if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_SS_32("bf16.bf16");
+    else FLASHATTN_WGMMA_SS_32("f16.f16");
+  }
+  template <bool kTransB, typename Element>
+  static __device__ __forceinline__ void rs(float (&d)[16], const uint32_t (&a)[4],
+                                            uint64_t desc_b, int scale_d) {
+    if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_32("bf16.bf16");
+    else FLASHATTN_WGMMA_RS_32("f16.f16");
+  }
+};
+#undef FLASHATTN_WGMMA_SS_32
+#undef FLASHATTN_WGMMA_RS_32
+#undef FLASHATTN_WGMMA_OPS_32
+#undef FLASHATTN_WGMMA_REGS_32
+
 #define FLASHATTN_WGMMA_REGS_64 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"

@@ -27,6 +27,9 @@
 #include "sm80/launch_bwd_sm80.cuh"
 #ifdef SELFTEST_SM90
 #include "sm90/launch_bwd_sm90.cuh"
+#ifdef SELFTEST_D256
+#include "sm90/launch_bwd_d256_sm90.cuh"
+#endif
 #endif
 #include "selftest_problem.h"
 #include "selftest_util.cuh"
@@ -69,8 +72,11 @@ struct Case {
 static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // -DSELFTEST_ONLY_64_128: link only the d64 / d128 instantiations (quick A/B builds); the
-// cases of other buckets are skipped.
-#ifdef SELFTEST_ONLY_64_128
+// cases of other buckets are skipped. With -DSELFTEST_D256 too: and the d256 one (the sm90
+// d 256 draft's preprocessing and conversions).
+#if defined(SELFTEST_ONLY_64_128) && defined(SELFTEST_D256)
+static bool bucket_built(int bucket) { return bucket == 64 || bucket == 128 || bucket == 256; }
+#elif defined(SELFTEST_ONLY_64_128)
 static bool bucket_built(int bucket) { return bucket == 64 || bucket == 128; }
 #else
 static bool bucket_built(int) { return true; }
@@ -80,11 +86,13 @@ static void run_kernel(const BwdParams& p) {
   const int bucket = headdim_bucket(p.headdim, p.headdim_v);
   if (bucket == 64) sm80::run_bwd_hdim<64, bf16>(p, 0);
   else if (bucket == 128) sm80::run_bwd_hdim<128, bf16>(p, 0);
+#if !defined(SELFTEST_ONLY_64_128) || defined(SELFTEST_D256)
+  else if (bucket == 256) sm80::run_bwd_hdim<256, bf16>(p, 0);
+#endif
 #ifndef SELFTEST_ONLY_64_128
   else if (bucket == 32) sm80::run_bwd_hdim<32, bf16>(p, 0);
   else if (bucket == 96) sm80::run_bwd_hdim<96, bf16>(p, 0);
   else if (bucket == 192) sm80::run_bwd_hdim<192, bf16>(p, 0);
-  else if (bucket == 256) sm80::run_bwd_hdim<256, bf16>(p, 0);
 #endif
   else { std::printf("bucket %d not compiled in the self-test\n", bucket); std::exit(1); }
 }
@@ -105,9 +113,23 @@ template <class Cfg, sm90::BwdOrder kOrder>
 static void sm90_main(const sm80::BwdArgs& args, cudaStream_t s) {
   sm90::launch_bwd_main_sm90<Cfg, bf16>(args, s, kOrder);
 }
+#ifdef SELFTEST_D256
+// The d 256 draft (kernel_bwd_d256_sm90.cuh), whatever the variant asks (it has no ablations).
+template <sm90::BwdOrder kOrder>
+static void sm90_main_d256(const sm80::BwdArgs& args, cudaStream_t s) {
+  sm90::launch_bwd_main_d256_sm90<bf16>(args, s, kOrder);
+}
+#endif
 template <template <int> class CfgFor, sm90::BwdOrder kOrder = sm90::BwdOrder::kAuto>
 static void run_sm90(const BwdParams& p) {
   const int bucket = headdim_bucket(p.headdim, p.headdim_v);
+#ifdef SELFTEST_D256
+  if (bucket == 256) {
+    sm80::run_bwd_tile<sm80::BwdTileFor<256>::type, bf16>(p, 0, generous_layout(p), false,
+                                                           sm90_main_d256<kOrder>);
+    return;
+  }
+#endif
   if (bucket == 64)
     sm80::run_bwd_tile<sm80::BwdTileFor<64>::type, bf16>(p, 0, generous_layout(p), false,
                                                           sm90_main<CfgFor<64>, kOrder>);
@@ -143,6 +165,14 @@ static std::vector<Case> sm90_extra_cases() {
        {640, 1, 777, 64}, true},
       {"varlen causal d64 {700,129,1}/{300,700,128}", 3, 2, 1, 64, 64, {700, 129, 1},
        {300, 700, 128}, true, -1, 0},
+      // d 256 (the draft under -DSELFTEST_D256): partial key / query blocks, causal, GQA,
+      // a window, varlen with an empty sequence, d 200 (columns past the head dim).
+      {"d256 333/517", 1, 2, 2, 256, 256, {333}, {517}},
+      {"causal d256 700/650 gqa 4/2", 1, 4, 2, 256, 256, {700}, {650}, false, -1, 0},
+      {"window(90,30) d256 400/400", 2, 2, 1, 256, 256, {400, 400}, {400, 400}, false, 90, 30},
+      {"varlen d256 {300,0,129}/{200,64,300}", 3, 2, 2, 256, 256, {300, 0, 129}, {200, 64, 300},
+       true},
+      {"d200 250/190", 1, 2, 2, 200, 200, {250}, {190}},
   };
 }
 #endif
@@ -455,7 +485,7 @@ int main(int argc, char** argv) {
         for (int b = 0; b < c.B; ++b) scores += int64_t(c.lq[b]) * c.lk[b] * c.H;
         if (small && scores > (int64_t(1) << 20)) continue;
         const int bucket = headdim_bucket(c.d, c.dv);
-        if (bucket != 64 && bucket != 128) continue;
+        if (bucket != 64 && bucket != 128 && !(bucket == 256 && bucket_built(256))) continue;
         c.deterministic = false;
         c.det_chunk = 0;
         g_runner = v.run;
@@ -469,10 +499,12 @@ int main(int argc, char** argv) {
       std::printf("bench rows: sm90 (the package's), sm90 noDQ (the candidate without "
                   "its dQ reduce-adds: timing only), sm90 noEXP (no exp2 / mask: timing only), sm90 "
                   "perhd (causal: the candidate in the per-head launch order), sm80\n");
-      for (int d : {64, 128})
+      for (int d : {64, 128, 256})
         for (int N : {2048, 8192, 16384})
           for (bool causal : {false, true}) {
+            if (!bucket_built(d)) continue;
             for (const Sm90Variant& v : kSm90Variants) {
+              if (d == 256 && &v != &kSm90Variants[0]) continue;  // the draft alone
               if (!causal && v.run == run_sm90<sm90::BwdConfigFor, sm90::BwdOrder::kPerHead>)
                 continue;
               g_runner = v.run;

@@ -1,0 +1,374 @@
+// The Hopper backward's main kernel at head dim 256 (sm_90a), bf16 / fp16: FA4's d 256 split
+// in our primitives (benchmarks/NOTES.md, "sm90 backward at d 256"). A draft: built and
+// checked by tools/selftest/selftest_bwd_sm80.cu (-DSELFTEST_SM90 -DSELFTEST_D256), not yet
+// in the package. Between the sm80 backward's preprocessing and conversions, as
+// kernel_bwd_sm90.cuh (whose BwdArgs, tensor maps and launch order it shares).
+//
+// At d 256 dK + dV of 64 keys are 64 x 256 x 2 fp32: one warpgroup cannot hold them (256
+// registers a thread), so the two consumer warpgroups split them along the head dim. One CTA
+// per kBN = 64 keys, looping over blocks of kBM = 64 queries (Q, dO, their stats in one stage).
+// Consumer c, per query block:
+//   S^T, dP^T = K Q_c^T, V dO_c^T   (all 64 keys as M, its 32 queries c as N; A, B shared)
+//   P^T = exp2(S^T scale - lse2), dS^T = P^T (dP^T - D), both into shared memory (64 keys x
+//   64 queries, one 128-byte row a key), a 256-thread barrier: both halves written;
+//   dV_c += P^T dO_c, dK_c += dS^T Q_c   (its 128 head-dim columns c as N; A = P^T / dS^T)
+//   dQ_c = dS K_c                        (64 queries x its 128 columns; A = the dS^T buffer
+//                                         read M-major), staged for warp 1's TMA reduce-add.
+// Accumulators: dK, dV 64 + 64, dQ 64, S^T, dP^T 16 + 16 fp32 registers a thread. Shared
+// memory: K, V, Q, dO 32 KB each, P^T and dS^T two buffers of 8 KB each, dQ 2 x 32 KB.
+#pragma once
+#include <cuda.h>  // CUtensorMap (types only)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "../common/mask.h"
+#include "../common/params.h"
+#include "../common/seqlen.h"
+#include "../sm80/kernel_bwd_aux_sm80.cuh"
+#include "kernel_bwd_sm90.cuh"  // BwdMaps, bwd_block_coord
+#include "primitives_bwd_sm90.cuh"
+
+namespace flashattn::sm90 {
+
+struct BwdConfigD256 {
+  static constexpr int kD = 256, kBM = 64, kBN = 64, kConsumers = 2;
+  static constexpr int kThreads = (kConsumers + 1) * 128;
+  static constexpr int kQHalf = kBM / kConsumers;  // queries of S^T / dP^T per consumer
+  static constexpr int kDHalf = kD / kConsumers;   // head-dim columns of dK / dV / dQ per consumer
+  // A tile of R rows x 256 columns is stored as 4 chunks of R rows x 128 bytes (128-byte
+  // swizzle, the TMA boxes of 64 columns); P^T / dS^T: 64 keys x 64 queries, one chunk; the
+  // dQ stage of a consumer: 64 queries x 128 fp32 as 4 chunks of 32 columns (the reduce box).
+  static constexpr int kKVChunk = kBN * 128, kQChunk = kBM * 128, kPChunk = kBN * 128;
+  static constexpr int kDQChunk = kBM * 128;
+  static constexpr int kKBytes = kBN * kD * 2, kQBytes = kBM * kD * 2, kPBytes = kBN * kBM * 2;
+  static constexpr int kDQBytes = kBM * kDHalf * 4, kStatBytes = 2 * kBM * 4;
+  static constexpr int kSmemK = 0, kSmemV = kKBytes, kSmemQ = 2 * kKBytes;
+  static constexpr int kSmemDO = kSmemQ + kQBytes;
+  static constexpr int kSmemP = kSmemDO + kQBytes;  // P^T [2], then dS^T [2]
+  static constexpr int kSmemDS = kSmemP + 2 * kPBytes;
+  static constexpr int kSmemDQ = kSmemDS + 2 * kPBytes;
+  static constexpr int kSmemStat = kSmemDQ + kConsumers * kDQBytes;
+  static constexpr int kSmemBar = kSmemStat + kStatBytes;
+  static constexpr int kSmem = kSmemBar + 128 + 1024;
+  static_assert(kSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
+  // Named barriers: both consumers' P^T / dS^T written; per consumer its dQ stage written
+  // (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
+  static constexpr int kBarPDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
+  static constexpr int kDQBarThreads = 128 + 32;
+};
+
+template <typename Element>
+__global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
+    bwd_kernel_d256_sm90(const __grid_constant__ sm80::BwdArgs args,
+                         const __grid_constant__ BwdMaps maps, int sect) {
+  using Cfg = BwdConfigD256;
+  constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN;
+  constexpr int kQH = Cfg::kQHalf, kDH = Cfg::kDHalf;
+  static_assert(24 + Cfg::kConsumers * 240 <=
+                    (Cfg::kConsumers + 1) * ((65536 / Cfg::kThreads) & ~7),
+                "the roles' registers fit the CTA's pool");
+  const BwdParams& p = args.p;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  const uint32_t smem0 = smem_u32(smem);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBar);
+  uint64_t* q_full = kv_full + 1;
+  uint64_t* q_empty = q_full + 1;
+  int n_block, h, b;
+  bwd_block_coord(sect, n_block, h, b);
+  const int hk = h / args.group;
+  const SeqInfo si = sm80::bwd_detail::seq_info_clamped(p, b);
+  const int n0 = n_block * kBN;
+  if (n0 >= si.seqlen_k) return;  // varlen: past this sequence (the whole CTA leaves)
+  const MaskInfo mi{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right,
+                    pos_shift_of(p, b)};
+  const int n_last = min(n0 + kBN, si.seqlen_k) - 1;
+  const int q_lo = mi.query_begin(n0), q_hi = mi.query_end(n_last);
+  const int m_lo = q_lo / kBM;
+  const int n_iters = q_hi > q_lo ? (q_hi + kBM - 1) / kBM - m_lo : 0;
+  const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  if (threadIdx.x == 0) {
+    mbar_init(kv_full, 1);
+    mbar_init(q_full, 1 + 32);  // warp 0: lane 0's expect-tx, then every lane's stats
+    mbar_init(q_empty, Cfg::kConsumers * 128);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int tb = p.is_varlen ? 0 : b;  // TMA rows: q_row0 / k_row0 + r
+  if (wg == 0) {
+    setmaxnreg_dec<24>();
+    if (n_iters == 0 || warp > 1) return;
+    if (warp == 0) {  // loads: lane 0 issues the copies, all 32 lanes the stats
+      auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int64_t row,
+                      int head) {
+        if (p.is_varlen) tma_load_3d(dst, map, bar, col, int(row), head);
+        else tma_load_4d(dst, map, bar, col, int(row), head, tb);
+      };
+      if (lane == 0) {
+        mbar_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
+#pragma unroll
+        for (int ch = 0; ch < kD / 64; ++ch) {
+          load(smem + Cfg::kSmemK + ch * Cfg::kKVChunk, &maps.k, kv_full, ch * 64,
+               si.k_row0 + n0, hk);
+          load(smem + Cfg::kSmemV + ch * Cfg::kKVChunk, &maps.v, kv_full, ch * 64,
+               si.k_row0 + n0, hk);
+        }
+      }
+      const float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
+      const float* dsum =
+          p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
+      for (int it = 0; it < n_iters; ++it) {
+        const int m0 = (m_lo + it) * kBM;
+        // Rows past the sequence: lse +inf (P = 0 without a mask), D 0.
+        float l2[kBM / 32], dd[kBM / 32];
+#pragma unroll
+        for (int r = 0; r < kBM / 32; ++r) {
+          const int i = m0 + r * 32 + lane;
+          l2[r] = INFINITY;
+          dd[r] = 0.f;
+          if (i < si.seqlen_q) {
+            l2[r] = lse[i] * 1.4426950408889634f;
+            dd[r] = dsum[i];
+          }
+        }
+        if (it > 0) mbar_wait(q_empty, (it - 1) & 1);  // the last block's Q, dO, stats read
+        if (lane == 0) {
+          const int64_t row = si.q_row0 + m0;
+          mbar_arrive_expect_tx(q_full, 2 * Cfg::kQBytes);
+#pragma unroll
+          for (int ch = 0; ch < kD / 64; ++ch) {
+            load(smem + Cfg::kSmemQ + ch * Cfg::kQChunk, &maps.q, q_full, ch * 64, row, h);
+            load(smem + Cfg::kSmemDO + ch * Cfg::kQChunk, &maps.dout, q_full, ch * 64, row, h);
+          }
+        }
+        const uint32_t stat = smem0 + Cfg::kSmemStat;
+#pragma unroll
+        for (int r = 0; r < kBM / 32; ++r) {
+          sts_f32(stat + (r * 32 + lane) * 4, l2[r]);
+          sts_f32(stat + (kBM + r * 32 + lane) * 4, dd[r]);
+        }
+        mbar_arrive(q_full);  // release: the stats stores above come with it
+      }
+    } else {  // warp 1: each consumer's dQ stage of each query block into the accumulator
+      for (int it = 0; it < n_iters; ++it) {
+        const int m0 = (m_lo + it) * kBM;
+#pragma unroll
+        for (int c = 0; c < Cfg::kConsumers; ++c) {
+          __syncwarp();  // bar.sync is warp-aligned: lane 0 was alone just before
+          named_bar_sync(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
+          if (lane == 0) {
+            const uint32_t src = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
+            const int row = int(si.q_row0) + m0;
+#pragma unroll
+            for (int k = 0; k < kDH / 32; ++k) {
+              if (p.is_varlen)
+                tma_reduce_add_3d(&maps.dq, src + k * Cfg::kDQChunk, c * kDH + 32 * k, row, h);
+              else
+                tma_reduce_add_4d(&maps.dq, src + k * Cfg::kDQChunk, c * kDH + 32 * k, row, h,
+                                  tb);
+            }
+            bulk_commit();
+          }
+        }
+        if (it + 1 < n_iters) {  // the consumers wait for these only before their next stage
+          if (lane == 0) bulk_wait_read<1>();
+          __syncwarp();
+          named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
+          if (lane == 0) bulk_wait_read<0>();
+          __syncwarp();
+          named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
+        }
+      }
+      if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
+    }
+    return;
+  }
+
+  setmaxnreg_inc<240>();
+  const int c = wg - 1, g = lane / 4;
+  // This thread's keys (the rows of S^T, dK, dV): kr[0], kr[1] = kr[0] + 8, both consumers
+  // alike, and the queries that see each, [qb, qe) (empty for keys past the sequence).
+  int kr[2], qb[2], qe[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    kr[r] = n0 + warp * 16 + g + 8 * r;
+    const bool in = kr[r] < si.seqlen_k;
+    qb[r] = in ? mi.query_begin(kr[r]) : 0;
+    qe[r] = in ? mi.query_end(kr[r]) : 0;
+  }
+  const bool keys_in = n0 + kBN <= si.seqlen_k;
+  const int full_lo = keys_in ? mi.query_begin(n0 + kBN - 1) : 0;
+  const int full_hi = keys_in ? mi.query_end(n0) : 0;
+  const float scale_log2 = p.softmax_scale_log2;
+  float dk[kDH / 2], dv[kDH / 2];
+#pragma unroll
+  for (int i = 0; i < kDH / 2; ++i) dk[i] = dv[i] = 0.f;
+  const uint32_t k_smem = smem0 + Cfg::kSmemK, v_smem = smem0 + Cfg::kSmemV;
+  const uint32_t q_smem = smem0 + Cfg::kSmemQ, do_smem = smem0 + Cfg::kSmemDO;
+  const uint32_t stat = smem0 + Cfg::kSmemStat;
+  const uint32_t dq_smem = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
+  const uint64_t k_desc = gmma_desc_sw128(k_smem, 16, 1024);
+  const uint64_t v_desc = gmma_desc_sw128(v_smem, 16, 1024);
+  // This consumer's 32 queries of Q / dO (B of S^T, dP^T: K-major rows 32 c ..).
+  const uint64_t qc_desc = gmma_desc_sw128(q_smem + c * kQH * 128, 16, 1024);
+  const uint64_t doc_desc = gmma_desc_sw128(do_smem + c * kQH * 128, 16, 1024);
+  // Its 128 head-dim columns (chunks 2 c, 2 c + 1) of dO, Q, K: the N-major B of dV, dK, dQ.
+  const uint64_t do_cols = gmma_desc_sw128(do_smem + 2 * c * Cfg::kQChunk, Cfg::kQChunk, 1024);
+  const uint64_t q_cols = gmma_desc_sw128(q_smem + 2 * c * Cfg::kQChunk, Cfg::kQChunk, 1024);
+  const uint64_t k_cols = gmma_desc_sw128(k_smem + 2 * c * Cfg::kKVChunk, Cfg::kKVChunk, 1024);
+
+  if (n_iters > 0) mbar_wait(kv_full, 0);
+  for (int it = 0; it < n_iters; ++it) {
+    const int m0 = (m_lo + it) * kBM;
+    const uint32_t pt_base = smem0 + Cfg::kSmemP + (it & 1) * Cfg::kPBytes;
+    const uint32_t ds_base = smem0 + Cfg::kSmemDS + (it & 1) * Cfg::kPBytes;
+    const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
+    mbar_wait(q_full, it & 1);
+    float st[kQH / 2], dpt[kQH / 2];
+    // acc = A B^T over the 256 head-dim columns, both K-major: A the 64 keys, B 32 queries.
+    auto mma_keys_queries = [&](float (&acc)[kQH / 2], uint64_t a_desc, uint64_t b_desc) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
+        wgmma_ss<false, Element>(acc, desc_add(a_desc, (kk / 4) * Cfg::kKVChunk + in_row),
+                                 desc_add(b_desc, (kk / 4) * Cfg::kQChunk + in_row), kk > 0);
+      }
+    };
+    wgmma_fence();
+    mma_keys_queries(st, k_desc, qc_desc);  // S^T = K Q_c^T
+    wgmma_commit();
+    mma_keys_queries(dpt, v_desc, doc_desc);  // dP^T = V dO_c^T
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_fence_operands(st);
+    // P^T = exp2(S^T * scale - lse2); this thread's queries: c * 32 + j * 8 + (lane % 4) * 2 + e.
+#pragma unroll
+    for (int j = 0; j < kQH / 8; ++j) {
+      const float2 l = lds_f32x2(stat + (c * kQH + j * 8 + (lane % 4) * 2) * 4);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        st[j * 4 + e] = fmaf(st[j * 4 + e], scale_log2, (e & 1) ? -l.y : -l.x);
+    }
+    if (masked) {  // -inf, never exp2(+inf): no visible key, lse -inf
+#pragma unroll
+      for (int j = 0; j < kQH / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, i = m0 + c * kQH + j * 8 + (lane % 4) * 2 + (e & 1);
+          if (!(i >= qb[r] && i < qe[r])) st[j * 4 + e] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kQH / 2; ++i) st[i] = exp2_ftz(st[i]);
+    wgmma_wait<0>();
+    wgmma_fence_operands(dpt);
+#pragma unroll
+    for (int j = 0; j < kQH / 8; ++j) {
+      const float2 d = lds_f32x2(stat + (kBM + c * kQH + j * 8 + (lane % 4) * 2) * 4);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = j * 4 + e;
+        dpt[i] = st[i] * (dpt[i] - ((e & 1) ? d.y : d.x));
+      }
+    }
+    // P^T and dS^T into shared memory: row = key, this consumer's 32 query columns of the
+    // 128-byte row (16-byte units 4 c + j, XOR row % 8 = g): the K-major A of dV / dK, and
+    // (dS^T) the M-major A of dQ = dS K.
+#pragma unroll
+    for (int j = 0; j < kQH / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t off =
+            (warp * 16 + g + 8 * r) * 128 + (((c * kQH / 8 + j) ^ g) * 16) + (lane % 4) * 4;
+        sts_u32(pt_base + off, pack_x2<Element>(st[j * 4 + 2 * r], st[j * 4 + 2 * r + 1]));
+        sts_u32(ds_base + off, pack_x2<Element>(dpt[j * 4 + 2 * r], dpt[j * 4 + 2 * r + 1]));
+      }
+    fence_async_shared();
+    // Both consumers' halves are written. Also orders the buffers' reuse two blocks on: each
+    // consumer's MMAs of block it - 2 completed before it reached this barrier at it - 1.
+    named_bar_sync(Cfg::kBarPDS, Cfg::kConsumers * 128);
+    const uint64_t pt_desc = gmma_desc_sw128(pt_base, 16, 1024);
+    const uint64_t dst_desc = gmma_desc_sw128(ds_base, 16, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)  // dV_c += P^T dO_c: K = 64 queries, 16 a step
+      wgmma_ss<true, Element>(dv, desc_add(pt_desc, kk * 32), desc_add(do_cols, kk * 16 * 128),
+                              1);
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)  // dK_c += dS^T Q_c
+      wgmma_ss<true, Element>(dk, desc_add(dst_desc, kk * 32), desc_add(q_cols, kk * 16 * 128),
+                              1);
+    wgmma_commit();
+    float dq[kDH / 2];
+    // dQ_c = dS K_c: A = dS (64 queries x 64 keys) from the dS^T buffer, M-major; K = keys.
+    const uint64_t dq_a_desc = gmma_desc_sw128(ds_base, Cfg::kPChunk, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma_ss<true, Element, true>(dq, desc_add(dq_a_desc, kk * 16 * 128),
+                                    desc_add(k_cols, kk * 16 * 128), kk > 0);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dK done (Q, dO and the stats read); dQ may still run
+    wgmma_fence_operands(dk);
+    wgmma_fence_operands(dv);
+    mbar_arrive(q_empty);
+    wgmma_wait<0>();
+    wgmma_fence_operands(dq);
+    if (it > 0) named_bar_sync(Cfg::kBarDQEmpty + c, Cfg::kDQBarThreads);  // last stage read
+    // dQ stage: 32-column chunks, 128-byte rows (queries), 16-byte unit XOR row % 8.
+#pragma unroll
+    for (int j = 0; j < kDH / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp * 16 + g + 8 * r;
+        const int unit = (j % 4) * 2 + (lane % 4) / 2;
+        const uint32_t off =
+            (j / 4) * Cfg::kDQChunk + row * 128 + ((unit ^ g) * 16) + (lane % 2) * 8;
+        sts_f32x2(dq_smem + off, dq[j * 4 + 2 * r], dq[j * 4 + 2 * r + 1]);
+      }
+    fence_async_shared();
+    named_bar_arrive(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
+  }
+
+  // dK (scaled) and dV of this consumer's 128 columns: written in Element (MHA) or added into
+  // the fp32 accumulators (GQA; nothing to add from a key block that saw no query block).
+  if (args.dk_accum != nullptr && n_iters == 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (kr[r] >= si.seqlen_k) continue;
+    const int64_t krow = si.k_row0 + kr[r];
+#pragma unroll
+    for (int j = 0; j < kDH / 8; ++j) {
+      const int col = c * kDH + j * 8 + (lane % 4) * 2;  // pairs: head dims are multiples of 8
+      const float k0 = dk[j * 4 + 2 * r] * p.softmax_scale;
+      const float k1 = dk[j * 4 + 2 * r + 1] * p.softmax_scale;
+      const float v0 = dv[j * 4 + 2 * r], v1 = dv[j * 4 + 2 * r + 1];
+      if (args.dk_accum == nullptr) {
+        if (col < p.headdim)
+          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dk_ptr) + b * p.dk_batch_stride +
+                                       krow * p.dk_row_stride + hk * p.dk_head_stride + col) =
+              pack_x2<Element>(k0, k1);
+        if (col < p.headdim_v)
+          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dv_ptr) + b * p.dv_batch_stride +
+                                       krow * p.dv_row_stride + hk * p.dv_head_stride + col) =
+              pack_x2<Element>(v0, v1);
+      } else {
+        const int64_t gr = (sm80::bwd_detail::k_row_global(p, b, si) + kr[r]) * p.nheads_k + hk;
+        if (col < p.headdim) {
+          atomicAdd(args.dk_accum + gr * kD + col, k0);
+          atomicAdd(args.dk_accum + gr * kD + col + 1, k1);
+        }
+        if (col < p.headdim_v) {
+          atomicAdd(args.dv_accum + gr * kD + col, v0);
+          atomicAdd(args.dv_accum + gr * kD + col + 1, v1);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace flashattn::sm90

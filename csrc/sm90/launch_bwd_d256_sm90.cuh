@@ -1,0 +1,62 @@
+// Host side of the Hopper backward's d 256 main kernel (kernel_bwd_d256_sm90.cuh, a draft
+// checked by tools/selftest/selftest_bwd_sm80.cu -DSELFTEST_SM90 -DSELFTEST_D256; not yet in
+// the package): what it takes, its tensor maps, the launch, on args the sm80 backward
+// prepared for the 256 bucket (dq_accum zeroed; GQA's dk_accum / dv_accum zeroed).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernel_bwd_d256_sm90.cuh"
+#include "launch_bwd_sm90.cuh"  // bwd_unsupported, dq_accum_map, bwd_section_pairs, tensor_map
+
+namespace flashattn::sm90 {
+
+// Why the d 256 kernel does not take this call (nullptr: it does): the 64 / 128 kernel's rules
+// at the 256 bucket, and none of dropout or a block mask (not in the draft).
+inline const char* bwd_d256_unsupported(const BwdParams& p) {
+  if (p.dropout_threshold > 0) return "dropout (not in the d 256 kernel yet)";
+  if (p.q_num_blocks != nullptr) return "a block mask (not in the d 256 kernel yet)";
+  return bwd_unsupported(p, BwdConfigD256::kD);
+}
+
+template <typename Element>
+void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
+                               BwdOrder order = BwdOrder::kAuto) {
+  using Cfg = BwdConfigD256;
+  const BwdParams& p = args.p;
+  if (const char* why = bwd_d256_unsupported(p))
+    throw std::runtime_error(std::string("flashattn sm90 bwd d256: unsupported call: ") + why);
+  const int64_t rows_q = p.is_varlen ? p.total_q : p.seqlen_q;
+  const int64_t rows_k = p.is_varlen ? p.total_k : p.seqlen_k;
+  if (p.seqlen_q <= 0 || p.seqlen_k <= 0 || rows_q <= 0 || rows_k <= 0) return;
+  const int batch = p.is_varlen ? 0 : p.batch;
+  if (!aligned_to(args.dq_accum, 16))
+    throw std::runtime_error("flashattn sm90 bwd d256: dQ accumulator not 16-byte aligned");
+  const BwdMaps maps{
+      tensor_map<Element>(p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
+                          p.q_head_stride, p.q_batch_stride, Cfg::kBM),
+      tensor_map<Element>(p.k_ptr, p.headdim, rows_k, p.nheads_k, batch, p.k_row_stride,
+                          p.k_head_stride, p.k_batch_stride, Cfg::kBN),
+      tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch, p.v_row_stride,
+                          p.v_head_stride, p.v_batch_stride, Cfg::kBN),
+      tensor_map<Element>(p.do_ptr, p.headdim_v, rows_q, p.nheads, batch, p.do_row_stride,
+                          p.do_head_stride, p.do_batch_stride, Cfg::kBM),
+      dq_accum_map(args.dq_accum, Cfg::kD, rows_q, p.nheads, batch)};
+  const dim3 grid(static_cast<unsigned>((p.seqlen_k + Cfg::kBN - 1) / Cfg::kBN), p.nheads,
+                  p.batch);
+  if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
+    throw std::runtime_error("flashattn sm90 bwd d256: 2^31 CTAs or more");
+  if (Cfg::kSmem > smem_optin_bytes())
+    throw std::runtime_error("flashattn sm90 bwd d256: " + std::to_string(Cfg::kSmem) +
+                             " bytes of shared memory, above the GPU's");
+  auto kernel = bwd_kernel_d256_sm90<Element>;
+  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Cfg::kSmem));
+  kernel<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(
+      args, maps, bwd_section_pairs(p, Cfg::kD, order));
+  FLASHATTN_LAUNCH_CHECK();
+}
+
+}  // namespace flashattn::sm90
