@@ -334,41 +334,10 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     named_bar_arrive(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
   }
 
-  // dK (scaled) and dV of this consumer's 128 columns: written in Element (MHA) or added into
-  // the fp32 accumulators (GQA; nothing to add from a key block that saw no query block).
+  // dK (scaled) and dV of this consumer's 128 columns (nothing to add from a key block that
+  // saw no query block under GQA).
   if (args.dk_accum != nullptr && n_iters == 0) return;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (kr[r] >= si.seqlen_k) continue;
-    const int64_t krow = si.k_row0 + kr[r];
-#pragma unroll
-    for (int j = 0; j < kDH / 8; ++j) {
-      const int col = c * kDH + j * 8 + (lane % 4) * 2;  // pairs: head dims are multiples of 8
-      const float k0 = dk[j * 4 + 2 * r] * p.softmax_scale;
-      const float k1 = dk[j * 4 + 2 * r + 1] * p.softmax_scale;
-      const float v0 = dv[j * 4 + 2 * r], v1 = dv[j * 4 + 2 * r + 1];
-      if (args.dk_accum == nullptr) {
-        if (col < p.headdim)
-          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dk_ptr) + b * p.dk_batch_stride +
-                                       krow * p.dk_row_stride + hk * p.dk_head_stride + col) =
-              pack_x2<Element>(k0, k1);
-        if (col < p.headdim_v)
-          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dv_ptr) + b * p.dv_batch_stride +
-                                       krow * p.dv_row_stride + hk * p.dv_head_stride + col) =
-              pack_x2<Element>(v0, v1);
-      } else {
-        const int64_t gr = (sm80::bwd_detail::k_row_global(p, b, si) + kr[r]) * p.nheads_k + hk;
-        if (col < p.headdim) {
-          atomicAdd(args.dk_accum + gr * kD + col, k0);
-          atomicAdd(args.dk_accum + gr * kD + col + 1, k1);
-        }
-        if (col < p.headdim_v) {
-          atomicAdd(args.dv_accum + gr * kD + col, v0);
-          atomicAdd(args.dv_accum + gr * kD + col + 1, v1);
-        }
-      }
-    }
-  }
+  bwd_store_dk_dv<Element, kDH, kD>(args, si, b, hk, kr, c * kDH, lane, dk, dv);
 }
 
 }  // namespace flashattn::sm90

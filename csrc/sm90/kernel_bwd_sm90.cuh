@@ -101,6 +101,50 @@ __device__ __forceinline__ void bwd_block_coord(int sect, int& n_block, int& h, 
   b = pair / int(gridDim.y);
 }
 
+// dK (scaled) and dV of this thread's keys kr[0], kr[1] and its kCols head-dim columns from
+// col0 (col0 + j * 8 + (lane % 4) * 2 and + 1, j < kCols / 8; the accumulator layout of an
+// m64nkCols MMA): written in Element (MHA) or added into the fp32 accumulators, rows of kD
+// (GQA). Keys past the sequence and columns past the head dims are left alone.
+template <typename Element, int kCols, int kD>
+__device__ __forceinline__ void bwd_store_dk_dv(const sm80::BwdArgs& args, const SeqInfo& si,
+                                                int b, int hk, const int (&kr)[2], int col0,
+                                                int lane, const float (&dk)[kCols / 2],
+                                                const float (&dv)[kCols / 2]) {
+  const BwdParams& p = args.p;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (kr[r] >= si.seqlen_k) continue;
+    const int64_t krow = si.k_row0 + kr[r];
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int col = col0 + j * 8 + (lane % 4) * 2;  // pairs: head dims are multiples of 8
+      const float k0 = dk[j * 4 + 2 * r] * p.softmax_scale;
+      const float k1 = dk[j * 4 + 2 * r + 1] * p.softmax_scale;
+      const float v0 = dv[j * 4 + 2 * r], v1 = dv[j * 4 + 2 * r + 1];
+      if (args.dk_accum == nullptr) {
+        if (col < p.headdim)
+          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dk_ptr) + b * p.dk_batch_stride +
+                                       krow * p.dk_row_stride + hk * p.dk_head_stride + col) =
+              pack_x2<Element>(k0, k1);
+        if (col < p.headdim_v)
+          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dv_ptr) + b * p.dv_batch_stride +
+                                       krow * p.dv_row_stride + hk * p.dv_head_stride + col) =
+              pack_x2<Element>(v0, v1);
+      } else {
+        const int64_t g = (sm80::bwd_detail::k_row_global(p, b, si) + kr[r]) * p.nheads_k + hk;
+        if (col < p.headdim) {
+          atomicAdd(args.dk_accum + g * kD + col, k0);
+          atomicAdd(args.dk_accum + g * kD + col + 1, k1);
+        }
+        if (col < p.headdim_v) {
+          atomicAdd(args.dv_accum + g * kD + col, v0);
+          atomicAdd(args.dv_accum + g * kD + col + 1, v1);
+        }
+      }
+    }
+  }
+}
+
 // Has_dropout (params.h): the forward's keep mask Z regenerated per block (dropout_lanes.cuh,
 // the S^T orientation): dV takes P^T Z scale, dS^T = P^T (Z scale dP^T - D), as the sm80
 // backward computes them.
@@ -467,41 +511,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     mbar_arrive(q_empty + stage);  // Q, dO and the stats of this stage are read
   }
 
-  // dK (scaled) and dV: written in Element (MHA) or added into the fp32 accumulators (GQA;
-  // nothing to add from a key block that saw no query block).
+  // dK (scaled) and dV (nothing to add from a key block that saw no query block under GQA).
   if (args.dk_accum != nullptr && n_iters == 0) return;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (kr[r] >= si.seqlen_k) continue;
-    const int64_t krow = si.k_row0 + kr[r];
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      const int col = j * 8 + (lane % 4) * 2;  // pairs: head dims are multiples of 8
-      const float k0 = dk[j * 4 + 2 * r] * p.softmax_scale;
-      const float k1 = dk[j * 4 + 2 * r + 1] * p.softmax_scale;
-      const float v0 = dv[j * 4 + 2 * r], v1 = dv[j * 4 + 2 * r + 1];
-      if (args.dk_accum == nullptr) {
-        if (col < p.headdim)
-          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dk_ptr) + b * p.dk_batch_stride +
-                                       krow * p.dk_row_stride + hk * p.dk_head_stride + col) =
-              pack_x2<Element>(k0, k1);
-        if (col < p.headdim_v)
-          *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dv_ptr) + b * p.dv_batch_stride +
-                                       krow * p.dv_row_stride + hk * p.dv_head_stride + col) =
-              pack_x2<Element>(v0, v1);
-      } else {
-        const int64_t g = (sm80::bwd_detail::k_row_global(p, b, si) + kr[r]) * p.nheads_k + hk;
-        if (col < p.headdim) {
-          atomicAdd(args.dk_accum + g * kD + col, k0);
-          atomicAdd(args.dk_accum + g * kD + col + 1, k1);
-        }
-        if (col < p.headdim_v) {
-          atomicAdd(args.dv_accum + g * kD + col, v0);
-          atomicAdd(args.dv_accum + g * kD + col + 1, v1);
-        }
-      }
-    }
-  }
+  bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
 }
 
 }  // namespace flashattn::sm90

@@ -126,6 +126,28 @@ inline int bwd_section_pairs(const BwdParams& p, int kd, BwdOrder order) {
   return sect;
 }
 
+// The tensor maps of a main kernel with kBM-query and kBN-key boxes over accumulators of kD
+// columns (kernel_bwd_sm90.cuh's, kernel_bwd_d256_sm90.cuh's).
+template <typename Element>
+BwdMaps bwd_tensor_maps(const sm80::BwdArgs& args, int kD, int kBM, int kBN) {
+  const BwdParams& p = args.p;
+  const int64_t rows_q = p.is_varlen ? p.total_q : p.seqlen_q;
+  const int64_t rows_k = p.is_varlen ? p.total_k : p.seqlen_k;
+  const int batch = p.is_varlen ? 0 : p.batch;
+  if (!aligned_to(args.dq_accum, 16))
+    throw std::runtime_error("flashattn sm90 bwd: dQ accumulator not 16-byte aligned (TMA)");
+  return BwdMaps{
+      tensor_map<Element>(p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
+                          p.q_head_stride, p.q_batch_stride, kBM),
+      tensor_map<Element>(p.k_ptr, p.headdim, rows_k, p.nheads_k, batch, p.k_row_stride,
+                          p.k_head_stride, p.k_batch_stride, kBN),
+      tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch, p.v_row_stride,
+                          p.v_head_stride, p.v_batch_stride, kBN),
+      tensor_map<Element>(p.do_ptr, p.headdim_v, rows_q, p.nheads, batch, p.do_row_stride,
+                          p.do_head_stride, p.do_batch_stride, kBM),
+      dq_accum_map(args.dq_accum, kD, rows_q, p.nheads, batch)};
+}
+
 // The main kernel on args prepared as the sm80 backward prepares them (dq_accum zeroed; for
 // GQA dk_accum / dv_accum zeroed, else nullptr and dK / dV written directly).
 template <class Cfg, typename Element>
@@ -137,19 +159,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   const int64_t rows_q = p.is_varlen ? p.total_q : p.seqlen_q;
   const int64_t rows_k = p.is_varlen ? p.total_k : p.seqlen_k;
   if (p.seqlen_q <= 0 || p.seqlen_k <= 0 || rows_q <= 0 || rows_k <= 0) return;
-  const int batch = p.is_varlen ? 0 : p.batch;
-  if (!aligned_to(args.dq_accum, 16))
-    throw std::runtime_error("flashattn sm90 bwd: dQ accumulator not 16-byte aligned (TMA)");
-  const BwdMaps maps{
-      tensor_map<Element>(p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
-                          p.q_head_stride, p.q_batch_stride, Cfg::kBM),
-      tensor_map<Element>(p.k_ptr, p.headdim, rows_k, p.nheads_k, batch, p.k_row_stride,
-                          p.k_head_stride, p.k_batch_stride, Cfg::kBN),
-      tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch, p.v_row_stride,
-                          p.v_head_stride, p.v_batch_stride, Cfg::kBN),
-      tensor_map<Element>(p.do_ptr, p.headdim_v, rows_q, p.nheads, batch, p.do_row_stride,
-                          p.do_head_stride, p.do_batch_stride, Cfg::kBM),
-      dq_accum_map(args.dq_accum, Cfg::kD, rows_q, p.nheads, batch)};
+  const BwdMaps maps = bwd_tensor_maps<Element>(args, Cfg::kD, Cfg::kBM, Cfg::kBN);
   const dim3 grid(static_cast<unsigned>((p.seqlen_k + Cfg::kBN - 1) / Cfg::kBN), p.nheads,
                   p.batch);
 #ifndef FLASHATTN_DISABLE_DROPOUT
