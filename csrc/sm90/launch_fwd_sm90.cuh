@@ -85,6 +85,14 @@ inline bool sm90_tma_o_enabled() {
   return !(env != nullptr && env[0] == '0' && env[1] == '\0');
 }
 
+// The short local tile (tile_fwd_sm90.h's fwd_tile_short_local; written 2026-12-04 after that
+// session's device time): off until a GPU run has its tests pass and times it;
+// FLASHATTN_SM90_SHORT_LOCAL=1 turns it on (read per call).
+inline bool sm90_short_local_enabled() {
+  const char* env = std::getenv("FLASHATTN_SM90_SHORT_LOCAL");
+  return env != nullptr && env[0] == '1' && env[1] == '\0';
+}
+
 // The tile of a block-sparse call (run_fwd_hdim; block_m 0: none).
 inline FwdTile fwd_sparse_tile_of_call(const FwdParams& p) {
   const int v = fwd_variant(p.headdim, p.headdim_v);
@@ -273,7 +281,7 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
 // The package's kernels of the (kD, kDv) variant: tile_fwd_sm90.h's tile, the local one
 // (causal or window) when it differs, the long-key one (fwd_tile_long) for plain non-causal
 // and causal calls over >= kLongKeys keys, the short local one (fwd_tile_short_local) for
-// plain causal / window calls of at most kShortLocalRows query rows.
+// plain causal / window calls of at most kShortLocalRows query rows (when switched on).
 template <int kD, int kDv, typename Element>
 void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   constexpr FwdTile kGlobal = fwd_tile(kD, kDv, false), kLocal = fwd_tile(kD, kDv, true);
@@ -304,7 +312,7 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   if constexpr (kShort.block_m > 0) {
     const bool plain = p.dropout_threshold <= 0 && !fwd_score_mod(p);
     const bool local = p.window_left >= 0 || p.window_right >= 0;
-    if (plain && local && p.seqlen_q <= kShortLocalRows) {
+    if (plain && local && p.seqlen_q <= kShortLocalRows && sm90_short_local_enabled()) {
       using Short = FwdConfig<kD, kDv, kShort.block_m, kShort.block_n, kShort.stages,
                               kShort.schedule, 0, 0, fwd_v_late(kD, kDv)>;
       launch_fwd_sm90_kernel<Short, Element, false>(p, stream, {});

@@ -73,7 +73,8 @@ constexpr FwdTile fwd_tile_long(int d, int dv) {
 }
 
 // Causal or windowed calls without a score transform or dropout over at most kShortLocalRows
-// query rows take fwd_tile_short_local's tile where it has one (block_m 0: none). d64: 128 x
+// query rows take fwd_tile_short_local's tile where it has one (block_m 0: none), when
+// FLASHATTN_SM90_SHORT_LOCAL=1 (launch_fwd_sm90.cuh; off until a GPU run verifies it). d64: 128 x
 // 128 ping-pong, whose query blocks split 512 / 1024 rows evenly where 192 leaves a third-full
 // last block and the diagonal crosses more of the tile; self-test (2026-12-03, the rotated
 // order), causal, TFLOP/s against 192 x 128: 184.6 / 177.2 at 512, 263.4 / 236.6 at 1k (+11%),
