@@ -260,8 +260,8 @@ def test_persistent_grid(c):
 
 
 # d64 causal / window over <= 1024 query rows: the short local tile (128 x 128, tile_fwd_sm90.h;
-# off unless FLASHATTN_SM90_SHORT_LOCAL=1 until a GPU run has passed these), over more tiles
-# than an H200 has SMs; on other GPUs sm80 runs them.
+# the default, FLASHATTN_SM90_SHORT_LOCAL=0 turns it off), over more tiles than an H200 has
+# SMs; on other GPUs sm80 runs them.
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("c", [
     dict(dtype="bf16", hd=(64, 64), sl=(1000, 1000), causal=True, window="none",
@@ -272,5 +272,5 @@ def test_persistent_grid(c):
          softcap=0.0, alibi="none", heads=(4, 1)),    # a partial last query block
 ], ids=lambda c: f"cuda-{case_id(c)}")
 def test_short_local_tile(c, monkeypatch):
-    monkeypatch.setenv("FLASHATTN_SM90_SHORT_LOCAL", "1")
+    monkeypatch.delenv("FLASHATTN_SM90_SHORT_LOCAL", raising=False)  # the default: on
     run_case("cuda", dict(c, noncontig=False))

@@ -124,7 +124,7 @@ SM90_CASES = [
 # (qk, v) head dims: every sm90 variant, and head dims that run in a larger one (zeros loaded
 # past them, columns past dv not stored).
 SM90_HDIMS = [(128, 128), (64, 64), (256, 256), (192, 128), (192, 192), (40, 40), (96, 96),
-              (136, 64), (64, 128)]
+              (136, 64), (64, 128), (200, 256)]
 
 
 def _sm90_params():
@@ -145,7 +145,7 @@ def _sm90_params():
 @pytest.mark.parametrize("hd, case, force", _sm90_params())
 def test_cuda_sm90_forward(hd, case, force, dtype, monkeypatch):
     """The sm90 forward (chosen by default, or forced) against the float64 reference; its
-    LSE feeds the backward (sm90's for the 64 / 128 buckets, else sm80's), checked too."""
+    LSE feeds the backward (sm90's for the 64 / 128 / 256 buckets, else sm80's), checked too."""
     B, sq, sk, heads, causal, window = case
     d, dv = hd
     H, Hk = HEADS[heads]
@@ -157,8 +157,9 @@ def test_cuda_sm90_forward(hd, case, force, dtype, monkeypatch):
     # split-KV decode kernels (backend_choice.h: decode_shaped).
     decode = force == "auto" and sq * (H // Hk) <= 64 and sk >= 512
     assert flashattn.kernel_path(q, k, v, **kw) == ("sm80-decode" if decode else "sm90")
-    # The sm90 backward takes the head-dim buckets 64 (33..64) and 128 (97..128).
-    bwd90 = 32 < max(d, dv) <= 64 or 96 < max(d, dv) <= 128
+    # The sm90 backward takes the head-dim buckets 64 (33..64), 128 (97..128) and 256 (193..256:
+    # kernel_bwd_d256_sm90.cuh).
+    bwd90 = 32 < max(d, dv) <= 64 or 96 < max(d, dv) <= 128 or 192 < max(d, dv) <= 256
     assert flashattn.kernel_path(q, k, v, direction="bwd", **kw) == ("sm90" if bwd90 else "sm80")
     dout = rand([B, sq, H, dv], dtype, "cuda")
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))

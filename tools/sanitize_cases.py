@@ -87,6 +87,11 @@ def sm90_cases():
     # Varlen: packed rows, a block crossing into the next sequence, empty sequences
     run_varlen([130, 0, 257, 1], [300, 5, 0, 399], 4, 2, 128, bf16, causal=True)
     run_varlen([200, 3], [700, 64], 2, 2, 64, fp16)
+    # The d 256 backward (kernel_bwd_d256_sm90.cuh): varlen with an empty sequence, causal GQA
+    # with partial blocks, a head dim inside the bucket
+    run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True)
+    run_padded(1, 333, 517, 4, 2, 256, 256, fp16, causal=True)
+    run_padded(1, 150, 190, 2, 2, 200, 200, bf16)
     # Persistent grids with more tiles than the H200's 132 SMs, causal / window tiles dealt in
     # pairs (tile_order_sm90.h): odd query-block counts (a lone middle block per head)
     run_padded(2, 1100, 1100, 8, 2, 128, 128, bf16, causal=True)     # 9 blocks x 16 = 144 tiles

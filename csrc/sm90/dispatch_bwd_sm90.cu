@@ -15,14 +15,15 @@
 
 namespace flashattn::sm90 {
 
-static_assert(sizeof(kBwdHeadDims) / sizeof(int) == 2 && kBwdHeadDims[0] == 64 &&
-                  kBwdHeadDims[1] == 128,
+static_assert(sizeof(kBwdHeadDims) / sizeof(int) == 3 && kBwdHeadDims[0] == 64 &&
+                  kBwdHeadDims[1] == 128 && kBwdHeadDims[2] == 256,
               "the switch below lists every backward head dim");
 #define FLASHATTN_SM90_BWD_EXTERN(D)                                                    \
   extern template void run_bwd_hdim<D, D, __half>(const BwdParams&, cudaStream_t);     \
   extern template void run_bwd_hdim<D, D, __nv_bfloat16>(const BwdParams&, cudaStream_t);
 FLASHATTN_SM90_BWD_EXTERN(64)
 FLASHATTN_SM90_BWD_EXTERN(128)
+FLASHATTN_SM90_BWD_EXTERN(256)
 #undef FLASHATTN_SM90_BWD_EXTERN
 
 const char* bwd_unsupported_here(const BwdParams& p) {
@@ -30,11 +31,16 @@ const char* bwd_unsupported_here(const BwdParams& p) {
       current_device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
     return "the device (sm90 kernels run on compute capability 9.0 only)";
   const int bucket = headdim_bucket(p.headdim, p.headdim_v);
-  if (bucket != 64 && bucket != 128)
-    return "head dims outside the 64 and 128 buckets (not yet)";
-  if (const char* why = bwd_unsupported(p, bucket)) return why;
-  const int64_t smem = (bucket == 64 ? BwdConfigFor<64>::kSmem : BwdConfigFor<128>::kSmem) +
-                       bwd_sparse_smem_bytes(p, bwd_sparse_list_cap(p, bucket == 64 ? 128 : 64));
+  if (bucket != 64 && bucket != 128 && bucket != 256)
+    return "head dims outside the 64, 128 and 256 buckets (not yet)";
+  int64_t smem = BwdConfigD256::kSmem;  // the d 256 kernel takes no block mask
+  if (bucket == 256) {
+    if (const char* why = bwd_d256_unsupported(p)) return why;
+  } else {
+    if (const char* why = bwd_unsupported(p, bucket)) return why;
+    smem = (bucket == 64 ? BwdConfigFor<64>::kSmem : BwdConfigFor<128>::kSmem) +
+           bwd_sparse_smem_bytes(p, bwd_sparse_list_cap(p, bucket == 64 ? 128 : 64));
+  }
   if (smem_optin_bytes() < smem)
     return "the shared memory per block (FLASHATTN_SMEM_LIMIT or the GPU's is below the "
            "kernel's)";
@@ -62,6 +68,9 @@ void run_bwd(const BwdParams& p, void* stream) {
     }
     if constexpr (headdim_built(128)) {
       if (bucket == 128) return run_bwd_hdim<128, 128, Element>(p, s);
+    }
+    if constexpr (headdim_built(256)) {
+      if (bucket == 256) return run_bwd_hdim<256, 256, Element>(p, s);
     }
     throw std::runtime_error("flashattn sm90 bwd: no kernel for this head-dim bucket");
   });

@@ -1,7 +1,7 @@
 // The Hopper backward's main kernel at head dim 256 (sm_90a), bf16 / fp16: FA4's d 256 split
-// in our primitives (benchmarks/NOTES.md, "sm90 backward at d 256"). A draft: built and
-// checked by tools/selftest/selftest_bwd_sm80.cu (-DSELFTEST_SM90 -DSELFTEST_D256), not yet
-// in the package. Between the sm80 backward's preprocessing and conversions, as
+// in our primitives (benchmarks/NOTES.md, "sm90 backward at d 256"): the package's 256 bucket
+// (launch_bwd_sm90.cuh's run_bwd_hdim), also checked and timed by
+// tools/selftest/selftest_bwd_sm80.cu (-DSELFTEST_SM90 -DSELFTEST_D256). Between the sm80 backward's preprocessing and conversions, as
 // kernel_bwd_sm90.cuh (whose BwdArgs, tensor maps and launch order it shares).
 //
 // At d 256 dK + dV of 64 keys are 64 x 256 x 2 fp32: one warpgroup cannot hold them (256

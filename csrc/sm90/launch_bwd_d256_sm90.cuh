@@ -1,7 +1,8 @@
-// Host side of the Hopper backward's d 256 main kernel (kernel_bwd_d256_sm90.cuh, a draft
-// checked by tools/selftest/selftest_bwd_sm80.cu -DSELFTEST_SM90 -DSELFTEST_D256; not yet in
-// the package): what it takes, its tensor maps, the launch, on args the sm80 backward
-// prepared for the 256 bucket (dq_accum zeroed; GQA's dk_accum / dv_accum zeroed).
+// Host side of the Hopper backward's d 256 main kernel (kernel_bwd_d256_sm90.cuh; the package's
+// 256 bucket, and tools/selftest/selftest_bwd_sm80.cu -DSELFTEST_SM90 -DSELFTEST_D256): what it
+// takes, its tensor maps, the launch, on args the sm80 backward prepared for the 256 bucket
+// (dq_accum zeroed; GQA's dk_accum / dv_accum zeroed). Included by launch_bwd_sm90.cuh after
+// the helpers it uses (bwd_unsupported, bwd_tensor_maps, bwd_section_pairs); include that one.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,7 +10,6 @@
 #include <string>
 
 #include "kernel_bwd_d256_sm90.cuh"
-#include "launch_bwd_sm90.cuh"  // bwd_unsupported, dq_accum_map, bwd_section_pairs, tensor_map
 
 namespace flashattn::sm90 {
 

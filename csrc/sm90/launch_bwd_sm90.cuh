@@ -193,13 +193,25 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   FLASHATTN_LAUNCH_CHECK();
 }
 
-// The head dims with a package backward kernel (the accumulators' sm80 bucket; qk = v).
+}  // namespace flashattn::sm90
+
+// The d 256 kernel's launch (launch_bwd_d256_sm90.cuh), on the helpers above.
+#include "launch_bwd_d256_sm90.cuh"
+
+namespace flashattn::sm90 {
+
+// The head dims with a package backward kernel (the accumulators' sm80 bucket; qk = v): 64 and
+// 128 on bwd_kernel_sm90, 256 on bwd_kernel_d256_sm90.
 // The list is also read by tools/generate_instantiations.py (keep the format).
-inline constexpr int kBwdHeadDims[] = {64, 128};
+inline constexpr int kBwdHeadDims[] = {64, 128, 256};
 
 template <class Cfg, typename Element>
 void bwd_main_launch(const sm80::BwdArgs& args, cudaStream_t stream) {
   launch_bwd_main_sm90<Cfg, Element>(args, stream);
+}
+template <typename Element>
+void bwd_main_launch_d256(const sm80::BwdArgs& args, cudaStream_t stream) {
+  launch_bwd_main_d256_sm90<Element>(args, stream);
 }
 
 // The package's backward: the sm80 preprocessing, this main kernel, the sm80 conversions, on
@@ -208,8 +220,12 @@ template <int kD, int kDv, typename Element>
 void run_bwd_hdim(const BwdParams& p, cudaStream_t stream) {
   static_assert(kD == kDv, "qk and v head dims share the bucket");
   using Tile = typename sm80::BwdTileFor<kD>::type;
-  sm80::run_bwd_tile<Tile, Element, false>(p, stream, sm80::bwd_workspace_layout(p, kD), false,
-                                           &bwd_main_launch<BwdConfigFor<kD>, Element>);
+  if constexpr (kD == BwdConfigD256::kD)
+    sm80::run_bwd_tile<Tile, Element, false>(p, stream, sm80::bwd_workspace_layout(p, kD), false,
+                                             &bwd_main_launch_d256<Element>);
+  else
+    sm80::run_bwd_tile<Tile, Element, false>(p, stream, sm80::bwd_workspace_layout(p, kD), false,
+                                             &bwd_main_launch<BwdConfigFor<kD>, Element>);
 }
 
 }  // namespace flashattn::sm90

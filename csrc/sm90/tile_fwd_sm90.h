@@ -73,12 +73,13 @@ constexpr FwdTile fwd_tile_long(int d, int dv) {
 }
 
 // Causal or windowed calls without a score transform or dropout over at most kShortLocalRows
-// query rows take fwd_tile_short_local's tile where it has one (block_m 0: none), when
-// FLASHATTN_SM90_SHORT_LOCAL=1 (launch_fwd_sm90.cuh; off until a GPU run verifies it). d64: 128 x
-// 128 ping-pong, whose query blocks split 512 / 1024 rows evenly where 192 leaves a third-full
-// last block and the diagonal crosses more of the tile; self-test (2026-12-03, the rotated
-// order), causal, TFLOP/s against 192 x 128: 184.6 / 177.2 at 512, 263.4 / 236.6 at 1k (+11%),
-// 326.1 / 354.4 at 2k (-8%); non-causal 1k 361 / 388 (-7%).
+// query rows take fwd_tile_short_local's tile where it has one (block_m 0: none), unless
+// FLASHATTN_SM90_SHORT_LOCAL=0 (launch_fwd_sm90.cuh). d64: 128 x 128 ping-pong, whose query
+// blocks split 512 / 1024 rows evenly where 192 leaves a third-full last block and the diagonal
+// crosses more of the tile; self-test (2026-12-03, the rotated order), causal, TFLOP/s against
+// 192 x 128: 184.6 / 177.2 at 512, 263.4 / 236.6 at 1k (+11%), 326.1 / 354.4 at 2k (-8%);
+// non-causal 1k 361 / 388 (-7%). The package on the H200 (2026-12-04, e001a1e, bench_attn.py in
+// two processes, =1 / =0): causal 512 195.0 / 177.3 (+10%), 1k 273.6 / 242.7 (+13%).
 inline constexpr int kShortLocalRows = 1024;
 constexpr FwdTile fwd_tile_short_local(int d, int dv) {
   return d <= 64 && dv <= 64 ? FwdTile{128, 128, FLASHATTN_SM90_FWD_STAGES, kPingPong}
