@@ -175,7 +175,9 @@ def test_cuda_sm90_forward(hd, case, force, dtype, monkeypatch):
 @pytest.mark.parametrize("mod", ["softcap", "alibi", "both", "negative-scale"])
 def test_cuda_sm90_score_mod(hd, mod, monkeypatch):
     """softcap, ALiBi (per (batch, head) slopes), both, and a negative scale on the sm90 forward
-    (its transformed-score kernels), causal with GQA, against float64; grads via sm80."""
+    (its transformed-score kernels), causal with GQA, against float64; the grads on the sm90
+    backward's score-transform kernels (buckets 64 / 128 / 256; a negative scale and 192 x 128
+    on sm80)."""
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
     (d, dv), dtype, B, sq, sk = hd, torch.bfloat16, 2, 333, 517
     q, k, v = (rand([B, n, h, e], dtype, "cuda") for n, h, e in ((sq, 6, d), (sk, 2, d),
@@ -185,6 +187,8 @@ def test_cuda_sm90_score_mod(hd, mod, monkeypatch):
               alibi_slopes=torch.rand(B, 6, device="cuda") if mod in ("alibi", "both") else None,
               softmax_scale=-0.5 * d ** -0.5 if mod == "negative-scale" else None)
     assert flashattn.kernel_path(q, k, v, **kw) == "sm90"
+    bwd90 = max(d, dv) in (64, 128, 256) and mod != "negative-scale"
+    assert flashattn.kernel_path(q, k, v, direction="bwd", **kw) == ("sm90" if bwd90 else "sm80")
     dout = rand([B, sq, 6, dv], dtype, "cuda")
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     out, lse, _ = flashattn.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kw)

@@ -178,8 +178,8 @@ inline Backend choose_fwd_kvcache(const FwdParams& p) {
 }
 
 // The backward of a CUDA call whose params are filled (gradient pointers may be null when only
-// asking). sm90 where its backward takes the call (buckets 64 / 128, no softcap / ALiBi, not
-// deterministic, TMA-addressable), else sm80 -- also under FLASHATTN_FORCE_BACKEND=sm90,
+// asking). sm90 where its backward takes the call (buckets 64 / 128 / 256, softcap / ALiBi not
+// with dropout or a block mask, not deterministic, TMA-addressable), else sm80 -- also under FLASHATTN_FORCE_BACKEND=sm90,
 // which forces the forward (the sm90 backward covers less; kernel_path says which runs);
 // FLASHATTN_FORCE_BACKEND=sm80 forces both directions.
 inline Backend choose_bwd(const BwdParams& p) {

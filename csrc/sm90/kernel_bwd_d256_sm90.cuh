@@ -60,7 +60,8 @@ struct BwdConfigD256 {
   static constexpr int kDQBarThreads = 128 + 32;
 };
 
-template <typename Element>
+// Has_score_mod: softcap and / or ALiBi (kernel_bwd_sm90.cuh's bwd_score_mod).
+template <typename Element, bool Has_score_mod = false>
 __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     bwd_kernel_d256_sm90(const __grid_constant__ sm80::BwdArgs args,
                          const __grid_constant__ BwdMaps maps, int sect) {
@@ -205,6 +206,7 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
   const int full_lo = keys_in ? mi.query_begin(n0 + kBN - 1) : 0;
   const int full_hi = keys_in ? mi.query_end(n0) : 0;
   const float scale_log2 = p.softmax_scale_log2;
+  const BwdScoreMod smod = Has_score_mod ? bwd_score_mod(p, b, h, mi) : BwdScoreMod{};
   float dk[kDH / 2], dv[kDH / 2];
 #pragma unroll
   for (int i = 0; i < kDH / 2; ++i) dk[i] = dv[i] = 0.f;
@@ -246,36 +248,14 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     wgmma_commit();
     wgmma_wait<1>();
     wgmma_fence_operands(st);
-    // P^T = exp2(S^T * scale - lse2); this thread's queries: c * 32 + j * 8 + (lane % 4) * 2 + e.
-#pragma unroll
-    for (int j = 0; j < kQH / 8; ++j) {
-      const float2 l = lds_f32x2(stat + (c * kQH + j * 8 + (lane % 4) * 2) * 4);
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        st[j * 4 + e] = fmaf(st[j * 4 + e], scale_log2, (e & 1) ? -l.y : -l.x);
-    }
-    if (masked) {  // -inf, never exp2(+inf): no visible key, lse -inf
-#pragma unroll
-      for (int j = 0; j < kQH / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, i = m0 + c * kQH + j * 8 + (lane % 4) * 2 + (e & 1);
-          if (!(i >= qb[r] && i < qe[r])) st[j * 4 + e] = -INFINITY;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kQH / 2; ++i) st[i] = exp2_ftz(st[i]);
+    // P^T = exp2(score(S^T) - lse2); this thread's queries: c * 32 + j * 8 + (lane % 4) * 2 + e.
+    __half2 dth[Has_score_mod ? kQH / 4 : 1];
+    bwd_probs_st<kQH, Has_score_mod>(st, dth, stat + c * kQH * 4, m0 + c * kQH, lane, kr, qb, qe,
+                                     masked, scale_log2, smod);
     wgmma_wait<0>();
     wgmma_fence_operands(dpt);
-#pragma unroll
-    for (int j = 0; j < kQH / 8; ++j) {
-      const float2 d = lds_f32x2(stat + (kBM + c * kQH + j * 8 + (lane % 4) * 2) * 4);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = j * 4 + e;
-        dpt[i] = st[i] * (dpt[i] - ((e & 1) ? d.y : d.x));
-      }
-    }
+    bwd_dscores_st<kQH, Has_score_mod>(dpt, st, dth, stat + (kBM + c * kQH) * 4, lane,
+                                       smod.has_cap, [](int) { return 1.f; });
     // P^T and dS^T into shared memory: row = key, this consumer's 32 query columns of the
     // 128-byte row (16-byte units 4 c + j, XOR row % 8 = g): the K-major A of dV / dK, and
     // (dS^T) the M-major A of dQ = dS K.

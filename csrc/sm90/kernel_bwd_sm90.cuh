@@ -145,6 +145,97 @@ __device__ __forceinline__ void bwd_store_dk_dv(const sm80::BwdArgs& args, const
   }
 }
 
+// The score transform of the backward (Has_score_mod: softcap and / or ALiBi, as the sm80
+// backward computes them, tanh.approx): on S^T in log2 units, cap * tanh(S scale / cap) (its
+// derivative's factor 1 - tanh^2 kept for dS) minus the ALiBi slope times |i + shift - j|.
+struct BwdScoreMod {
+  bool has_cap;
+  float scale_over_cap, cap_log2, slope_log2;
+  int shift;  // i + shift - j: the key's distance from the query's diagonal (MaskInfo::shift)
+};
+__device__ __forceinline__ BwdScoreMod bwd_score_mod(const BwdParams& p, int b, int h,
+                                                     const MaskInfo& mi) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const bool has_cap = p.softcap > 0.f;
+  return BwdScoreMod{has_cap, has_cap ? p.softmax_scale / p.softcap : 0.f, p.softcap * kLog2e,
+                     alibi_slope(p, b, h) * kLog2e, mi.shift()};
+}
+
+// P^T = exp2(score(S^T) - lse2) in place on an m64nkN accumulator: element j * 4 + e is query
+// q0 + j * 8 + (lane % 4) * 2 + (e & 1) (its lse2 at lse_addr + 4 (j * 8 + (lane % 4) * 2 +
+// (e & 1))), key kr[e >> 1]. score: S^T scale_log2, or with Has_score_mod the transform above
+// (dth, kT = kN / 4: 1 - tanh^2 per element, fp16 pairs (e, e + 1); unused otherwise). masked: elements outside [qb, qe) of
+// their key are -inf first. kExp false (a timing ablation): min(x, 1), no exp2, no mask.
+template <int kN, bool Has_score_mod, bool kExp = true, int kT>
+__device__ __forceinline__ void bwd_probs_st(float (&st)[kN / 2], __half2 (&dth)[kT],
+                                             uint32_t lse_addr, int q0, int lane,
+                                             const int (&kr)[2], const int (&qb)[2],
+                                             const int (&qe)[2], bool masked, float scale_log2,
+                                             const BwdScoreMod& sm) {
+  static_assert(!Has_score_mod || kT == kN / 4, "a factor per element");
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    const float2 l = lds_f32x2(lse_addr + (j * 8 + (lane % 4) * 2) * 4);
+    if constexpr (Has_score_mod) {
+      float g[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float& x = st[j * 4 + e];
+        g[e] = 1.f;
+        if (sm.has_cap) {
+          const float t = sm80::bwd_detail::fast_tanh(x * sm.scale_over_cap);
+          x = t * sm.cap_log2;
+          g[e] = 1.f - t * t;
+        } else {
+          x *= scale_log2;
+        }
+        const int dist = q0 + j * 8 + (lane % 4) * 2 + (e & 1) + sm.shift - kr[e >> 1];
+        x -= sm.slope_log2 * static_cast<float>(dist < 0 ? -dist : dist);
+        x -= (e & 1) ? l.y : l.x;
+      }
+      dth[j * 2] = __floats2half2_rn(g[0], g[1]);
+      dth[j * 2 + 1] = __floats2half2_rn(g[2], g[3]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        st[j * 4 + e] = fmaf(st[j * 4 + e], scale_log2, (e & 1) ? -l.y : -l.x);
+    }
+  }
+  if (masked && kExp) {  // -inf, never exp2(+inf): no visible key, lse -inf
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, i = q0 + j * 8 + (lane % 4) * 2 + (e & 1);
+        if (!(i >= qb[r] && i < qe[r])) st[j * 4 + e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) st[i] = kExp ? exp2_ftz(st[i]) : fminf(st[i], 1.f);
+}
+
+// dS^T = P^T (dP^T z - D) [* (1 - tanh^2)] in place on dpt (bwd_probs_st's elements; D at
+// d_addr as the lse there; z(i): element i's dropout factor, 1 without dropout).
+template <int kN, bool Has_score_mod, int kT, class Z>
+__device__ __forceinline__ void bwd_dscores_st(float (&dpt)[kN / 2], const float (&st)[kN / 2],
+                                               const __half2 (&dth)[kT], uint32_t d_addr,
+                                               int lane, bool has_cap, Z z) {
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    const float2 d = lds_f32x2(d_addr + (j * 8 + (lane % 4) * 2) * 4);
+    float2 g[2] = {make_float2(1.f, 1.f), make_float2(1.f, 1.f)};
+    if constexpr (Has_score_mod) {
+      if (has_cap) g[0] = __half22float2(dth[j * 2]), g[1] = __half22float2(dth[j * 2 + 1]);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = j * 4 + e;
+      const float ds = st[i] * (dpt[i] * z(i) - ((e & 1) ? d.y : d.x));
+      dpt[i] = Has_score_mod ? ds * ((e & 1) ? g[e >> 1].y : g[e >> 1].x) : ds;
+    }
+  }
+}
+
 // Has_dropout (params.h): the forward's keep mask Z regenerated per block (dropout_lanes.cuh,
 // the S^T orientation): dV takes P^T Z scale, dS^T = P^T (Z scale dP^T - D), as the sm80
 // backward computes them.
@@ -154,7 +245,9 @@ __device__ __forceinline__ void bwd_store_dk_dv(const sm80::BwdArgs& args, const
 // meet the queries seeing it; block_sparse_tiles.cuh) in shared memory past the tiles, and
 // every role walks that list where it walks the query blocks up otherwise; a key block with
 // an empty list writes dK = dV = 0.
-template <class Cfg, typename Element, bool Has_dropout = false, bool Is_sparse = false>
+// Has_score_mod: softcap and / or ALiBi (bwd_score_mod; calls without dropout or a block mask).
+template <class Cfg, typename Element, bool Has_dropout = false, bool Is_sparse = false,
+          bool Has_score_mod = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
                     const __grid_constant__ BwdMaps maps, int sect, int list_cap) {
@@ -326,6 +419,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int full_lo = keys_in ? mi.query_begin(n0 + kBN - 1) : 0;
   const int full_hi = keys_in ? mi.query_end(n0) : 0;
   const float scale_log2 = p.softmax_scale_log2;
+  const BwdScoreMod smod = Has_score_mod ? bwd_score_mod(p, b, h, mi) : BwdScoreMod{};
   DropoutRng rng{};
   if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
   float dk[kD / 2], dv[kD / 2];
@@ -401,26 +495,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_commit();
     wgmma_wait<1>();
     wgmma_fence_operands(st);
-    // P^T = exp2(S^T * scale - lse2), this thread's query columns j * 8 + (lane % 4) * 2 + e.
-#pragma unroll
-    for (int j = 0; j < kBM / 8; ++j) {
-      const float2 l = lds_f32x2(stat + (j * 8 + (lane % 4) * 2) * 4);
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        st[j * 4 + e] = fmaf(st[j * 4 + e], scale_log2, (e & 1) ? -l.y : -l.x);
-    }
-    if (masked && Cfg::kAblate != 2) {  // -inf, never exp2(+inf): no visible key, lse -inf
-#pragma unroll
-      for (int j = 0; j < kBM / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, i = m0 + j * 8 + (lane % 4) * 2 + (e & 1);
-          if (!(i >= qb[r] && i < qe[r])) st[j * 4 + e] = -INFINITY;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kBM / 2; ++i)
-      st[i] = Cfg::kAblate != 2 ? exp2_ftz(st[i]) : fminf(st[i], 1.f);
+    // P^T = exp2(score(S^T) - lse2), this thread's query columns j * 8 + (lane % 4) * 2 + e.
+    __half2 dth[Has_score_mod ? kBM / 4 : 1];
+    bwd_probs_st<kBM, Has_score_mod, Cfg::kAblate != 2>(st, dth, stat, m0, lane, kr, qb, qe,
+                                                        masked, scale_log2, smod);
     uint32_t ap[kBM / 16][4], ads[kBM / 16][4];  // P^T, dS^T packed as A operands (K = queries)
     const uint64_t do_desc = gmma_desc_sw128(do_base, Cfg::kQChunk, 1024);
     auto mma_dv = [&] {  // dV += P^T dO
@@ -445,16 +523,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_wait<0>();
     }
     wgmma_fence_operands(dpt);
-#pragma unroll
-    for (int j = 0; j < kBM / 8; ++j) {
-      const float2 d = lds_f32x2(stat + (kBM + j * 8 + (lane % 4) * 2) * 4);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = j * 4 + e;
-        const float dp = Has_dropout ? dpt[i] * z(i) : dpt[i];
-        dpt[i] = st[i] * (dp - ((e & 1) ? d.y : d.x));
-      }
-    }
+    bwd_dscores_st<kBM, Has_score_mod>(dpt, st, dth, stat + kBM * 4, lane, smod.has_cap,
+                                       [&](int i) { return Has_dropout ? z(i) : 1.f; });
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk)
 #pragma unroll

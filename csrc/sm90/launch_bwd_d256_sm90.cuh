@@ -39,7 +39,8 @@ void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   if (Cfg::kSmem > smem_optin_bytes())
     throw std::runtime_error("flashattn sm90 bwd d256: " + std::to_string(Cfg::kSmem) +
                              " bytes of shared memory, above the GPU's");
-  auto kernel = bwd_kernel_d256_sm90<Element>;
+  auto kernel = bwd_score_mod_call(p) ? bwd_kernel_d256_sm90<Element, true>
+                                      : bwd_kernel_d256_sm90<Element, false>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Cfg::kSmem));
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(

@@ -55,6 +55,11 @@ inline int64_t bwd_sparse_smem_bytes(const BwdParams& p, int64_t cap) {
   return p.q_num_blocks != nullptr ? 4 * (cap + 1) : 0;
 }
 
+// Softcap and / or ALiBi: the kernels' Has_score_mod variant (bwd_score_mod).
+inline bool bwd_score_mod_call(const BwdParams& p) {
+  return p.softcap > 0.f || p.alibi_slopes != nullptr;
+}
+
 // Why the sm90 backward's main kernel does not take this call (nullptr: it does).
 inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   FwdParams fwd = p;  // the forward's rules but its block-mask one (the backward's is below)
@@ -67,8 +72,9 @@ inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   // The fp32 accumulators' rows are the sm80 bucket long (bwd_workspace_layout).
   if (headdim_bucket(p.headdim, p.headdim_v) != kD)
     return "head dims outside the kernel's bucket (the accumulators' row length)";
-  if (p.softcap != 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f))
-    return "softcap, ALiBi or a scale <= 0 (not yet)";
+  if (!(p.softmax_scale > 0.f)) return "a scale <= 0 (not yet)";
+  if (bwd_score_mod_call(p) && (p.dropout_threshold > 0 || p.q_num_blocks != nullptr))
+    return "softcap or ALiBi with dropout or a block mask (not yet: the sm80 backward runs it)";
   if (p.deterministic) return "deterministic (not yet)";
   if (!aligned_to(p.do_ptr, 16) ||
       !strides_ok(p.do_row_stride, p.do_head_stride, p.do_batch_stride, 8))
@@ -168,6 +174,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #else
   auto kernel = bwd_kernel_sm90<Cfg, Element, false>;
 #endif
+  if (bwd_score_mod_call(p)) kernel = bwd_kernel_sm90<Cfg, Element, false, false, true>;
   // Block-sparse (bwd_sparse_unsupported took it): the list past the tiles.
   const int64_t list_cap = bwd_sparse_list_cap(p, Cfg::kBM);
   if (p.q_num_blocks != nullptr) {
