@@ -58,6 +58,11 @@ struct BwdConfigD256 {
   // (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarPDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
   static constexpr int kDQBarThreads = 128 + 32;
+  // For the producer's warps shared with the d64 / d128 kernel (bwd_load_warp, bwd_dq_warp):
+  // one stage of Q / dO / stats; consumer c's dQ stage: its kDHalf columns from kDHalf c.
+  static constexpr int kStages = 1, kAblate = 0, kDQChunks = kDHalf / 32;
+  static constexpr __device__ int dq_col(int c) { return kDHalf * c; }
+  static constexpr __device__ int dq_row(int) { return 0; }
 };
 
 // Has_score_mod: softcap and / or ALiBi (kernel_bwd_sm90.cuh's bwd_score_mod).
@@ -100,93 +105,15 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
   }
   __syncthreads();
 
-  const int tb = p.is_varlen ? 0 : b;  // TMA rows: q_row0 / k_row0 + r
+  auto m_block = [&](int it) { return m_lo + it; };
   if (wg == 0) {
     setmaxnreg_dec<24>();
     if (n_iters == 0 || warp > 1) return;
-    if (warp == 0) {  // loads: lane 0 issues the copies, all 32 lanes the stats
-      auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int64_t row,
-                      int head) {
-        if (p.is_varlen) tma_load_3d(dst, map, bar, col, int(row), head);
-        else tma_load_4d(dst, map, bar, col, int(row), head, tb);
-      };
-      if (lane == 0) {
-        mbar_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
-#pragma unroll
-        for (int ch = 0; ch < kD / 64; ++ch) {
-          load(smem + Cfg::kSmemK + ch * Cfg::kKVChunk, &maps.k, kv_full, ch * 64,
-               si.k_row0 + n0, hk);
-          load(smem + Cfg::kSmemV + ch * Cfg::kKVChunk, &maps.v, kv_full, ch * 64,
-               si.k_row0 + n0, hk);
-        }
-      }
-      const float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
-      const float* dsum =
-          p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
-      for (int it = 0; it < n_iters; ++it) {
-        const int m0 = (m_lo + it) * kBM;
-        // Rows past the sequence: lse +inf (P = 0 without a mask), D 0.
-        float l2[kBM / 32], dd[kBM / 32];
-#pragma unroll
-        for (int r = 0; r < kBM / 32; ++r) {
-          const int i = m0 + r * 32 + lane;
-          l2[r] = INFINITY;
-          dd[r] = 0.f;
-          if (i < si.seqlen_q) {
-            l2[r] = lse[i] * 1.4426950408889634f;
-            dd[r] = dsum[i];
-          }
-        }
-        if (it > 0) mbar_wait(q_empty, (it - 1) & 1);  // the last block's Q, dO, stats read
-        if (lane == 0) {
-          const int64_t row = si.q_row0 + m0;
-          mbar_arrive_expect_tx(q_full, 2 * Cfg::kQBytes);
-#pragma unroll
-          for (int ch = 0; ch < kD / 64; ++ch) {
-            load(smem + Cfg::kSmemQ + ch * Cfg::kQChunk, &maps.q, q_full, ch * 64, row, h);
-            load(smem + Cfg::kSmemDO + ch * Cfg::kQChunk, &maps.dout, q_full, ch * 64, row, h);
-          }
-        }
-        const uint32_t stat = smem0 + Cfg::kSmemStat;
-#pragma unroll
-        for (int r = 0; r < kBM / 32; ++r) {
-          sts_f32(stat + (r * 32 + lane) * 4, l2[r]);
-          sts_f32(stat + (kBM + r * 32 + lane) * 4, dd[r]);
-        }
-        mbar_arrive(q_full);  // release: the stats stores above come with it
-      }
-    } else {  // warp 1: each consumer's dQ stage of each query block into the accumulator
-      for (int it = 0; it < n_iters; ++it) {
-        const int m0 = (m_lo + it) * kBM;
-#pragma unroll
-        for (int c = 0; c < Cfg::kConsumers; ++c) {
-          __syncwarp();  // bar.sync is warp-aligned: lane 0 was alone just before
-          named_bar_sync(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
-          if (lane == 0) {
-            const uint32_t src = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
-            const int row = int(si.q_row0) + m0;
-#pragma unroll
-            for (int k = 0; k < kDH / 32; ++k) {
-              if (p.is_varlen)
-                tma_reduce_add_3d(&maps.dq, src + k * Cfg::kDQChunk, c * kDH + 32 * k, row, h);
-              else
-                tma_reduce_add_4d(&maps.dq, src + k * Cfg::kDQChunk, c * kDH + 32 * k, row, h,
-                                  tb);
-            }
-            bulk_commit();
-          }
-        }
-        if (it + 1 < n_iters) {  // the consumers wait for these only before their next stage
-          if (lane == 0) bulk_wait_read<1>();
-          __syncwarp();
-          named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
-          if (lane == 0) bulk_wait_read<0>();
-          __syncwarp();
-          named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
-        }
-      }
-      if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
-    }
+    if (warp == 0)  // Q, dO and their stats in one stage (kStages 1)
+      bwd_load_warp<Cfg>(p, maps, smem, smem0, kv_full, q_full, q_empty, si, b, h, hk, n0,
+                         n_iters, lane, m_block);
+    else
+      bwd_dq_warp<Cfg>(p, maps, smem0, si, b, h, n_iters, lane, m_block);
     return;
   }
 

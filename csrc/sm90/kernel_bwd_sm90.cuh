@@ -77,6 +77,11 @@ struct BwdConfig {
   // block written (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
   static constexpr int kDQBarThreads = 128 + 32;
+  // Consumer c's dQ block in the accumulator (bwd_dq_warp): kDQChunks boxes of 32 columns from
+  // column dq_col(c), rows from the query block's row dq_row(c).
+  static constexpr int kDQChunks = 2;
+  static constexpr __device__ int dq_col(int c) { return kDqByRows ? 0 : 64 * c; }
+  static constexpr __device__ int dq_row(int c) { return kDqByRows ? 64 * c : 0; }
 };
 
 // The package's tile per head dim (kD is the accumulators' row length).
@@ -143,6 +148,115 @@ __device__ __forceinline__ void bwd_store_dk_dv(const sm80::BwdArgs& args, const
       }
     }
   }
+}
+
+// The producer's load warp (warp 0 of warpgroup 0; Cfg: BwdConfig or BwdConfigD256): K and V
+// of the key block once; per iteration the query block m_block(it)'s Q and dO (TMA, lane 0)
+// into stage it % kStages once its last use is read, and its stats (lse in log2 units, D; rows
+// past the sequence: lse +inf, so P = 0 without a mask, and D 0) by all 32 lanes, released
+// with the stage's mbarrier.
+template <class Cfg, class MBlock>
+__device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps& maps,
+                                              uint8_t* smem, uint32_t smem0, uint64_t* kv_full,
+                                              uint64_t* q_full, uint64_t* q_empty,
+                                              const SeqInfo& si, int b, int h, int hk, int n0,
+                                              int n_iters, int lane, MBlock m_block) {
+  constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kStages = Cfg::kStages;
+  const int tb = p.is_varlen ? 0 : b;  // TMA rows: q_row0 / k_row0 + r
+  auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int64_t row,
+                  int head) {
+    if (p.is_varlen) tma_load_3d(dst, map, bar, col, int(row), head);
+    else tma_load_4d(dst, map, bar, col, int(row), head, tb);
+  };
+  if (lane == 0) {
+    mbar_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
+#pragma unroll
+    for (int ch = 0; ch < kD / 64; ++ch) {
+      load(smem + Cfg::kSmemK + ch * Cfg::kKVChunk, &maps.k, kv_full, ch * 64, si.k_row0 + n0,
+           hk);
+      load(smem + Cfg::kSmemV + ch * Cfg::kKVChunk, &maps.v, kv_full, ch * 64, si.k_row0 + n0,
+           hk);
+    }
+  }
+  const float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
+  const float* dsum = p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
+#pragma unroll 1
+  for (int it = 0; it < n_iters; ++it) {
+    const int stage = it % kStages, use = it / kStages, m0 = m_block(it) * kBM;
+    // The block's stats, loaded before the wait so the latency hides under it.
+    float l2[kBM / 32], dd[kBM / 32];
+#pragma unroll
+    for (int r = 0; r < kBM / 32; ++r) {
+      const int i = m0 + r * 32 + lane;
+      l2[r] = INFINITY;
+      dd[r] = 0.f;
+      if (i < si.seqlen_q) {
+        l2[r] = lse[i] * 1.4426950408889634f;
+        dd[r] = dsum[i];
+      }
+    }
+    if (use > 0) mbar_wait(q_empty + stage, (use - 1) & 1);
+    if (lane == 0) {
+      const int64_t row = si.q_row0 + m0;
+      mbar_arrive_expect_tx(q_full + stage, 2 * Cfg::kQBytes);
+#pragma unroll
+      for (int ch = 0; ch < kD / 64; ++ch) {
+        load(smem + Cfg::kSmemQ + stage * Cfg::kQBytes + ch * Cfg::kQChunk, &maps.q,
+             q_full + stage, ch * 64, row, h);
+        load(smem + Cfg::kSmemDO + stage * Cfg::kQBytes + ch * Cfg::kQChunk, &maps.dout,
+             q_full + stage, ch * 64, row, h);
+      }
+    }
+    const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;
+#pragma unroll
+    for (int r = 0; r < kBM / 32; ++r) {
+      sts_f32(stat + (r * 32 + lane) * 4, l2[r]);
+      sts_f32(stat + (kBM + r * 32 + lane) * 4, dd[r]);
+    }
+    mbar_arrive(q_full + stage);  // release: the stats stores above come with it
+  }
+}
+
+// The producer's dQ warp (warp 1 of warpgroup 0): per iteration each consumer's dQ block,
+// once it is written (kBarDQFull + c), added into the fp32 accumulator with TMA reduce-adds
+// (Cfg::dq_col / dq_row: where it lands), its area handed back (kBarDQEmpty + c) once read;
+// the adds complete before the CTA ends. kAblate 1 (timing only) skips the adds.
+template <class Cfg, class MBlock>
+__device__ __forceinline__ void bwd_dq_warp(const BwdParams& p, const BwdMaps& maps,
+                                            uint32_t smem0, const SeqInfo& si, int b, int h,
+                                            int n_iters, int lane, MBlock m_block) {
+  const int tb = p.is_varlen ? 0 : b;
+  for (int it = 0; it < n_iters; ++it) {
+    const int m0 = m_block(it) * Cfg::kBM;
+#pragma unroll
+    for (int c = 0; c < Cfg::kConsumers; ++c) {
+      __syncwarp();  // bar.sync is warp-aligned: lane 0 was alone just before
+      named_bar_sync(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
+      if (lane == 0) {
+        const uint32_t src = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
+        const int col = Cfg::dq_col(c), row = int(si.q_row0) + m0 + Cfg::dq_row(c);
+        if constexpr (Cfg::kAblate != 1) {
+#pragma unroll
+          for (int k = 0; k < Cfg::kDQChunks; ++k) {
+            if (p.is_varlen)
+              tma_reduce_add_3d(&maps.dq, src + k * Cfg::kDQChunk, col + 32 * k, row, h);
+            else
+              tma_reduce_add_4d(&maps.dq, src + k * Cfg::kDQChunk, col + 32 * k, row, h, tb);
+          }
+        }
+        bulk_commit();
+      }
+    }
+    if (it + 1 < n_iters) {  // the consumers wait for these only before their next block
+      if (lane == 0) bulk_wait_read<1>();
+      __syncwarp();
+      named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
+      if (lane == 0) bulk_wait_read<0>();
+      __syncwarp();
+      named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
+    }
+  }
+  if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
 }
 
 // The score transform of the backward (Has_score_mod: softcap and / or ALiBi, as the sm80
@@ -306,98 +420,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // The query block of iteration it.
   auto m_block = [&](int it) { return Is_sparse ? list[1 + it] : m_lo + it; };
 
-  const int tb = p.is_varlen ? 0 : b;  // TMA rows: q_row0 / k_row0 + r
   if (wg == 0) {
     setmaxnreg_dec<24>();  // 24 + 2 x 240 = 3 x 168, the CTA's pool (more: the increase hangs)
     if (n_iters == 0 || warp > 1) return;
-    if (warp == 0) {  // loads: lane 0 issues the copies, all 32 lanes the stats
-      auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int64_t row,
-                      int head) {
-        if (p.is_varlen) tma_load_3d(dst, map, bar, col, int(row), head);
-        else tma_load_4d(dst, map, bar, col, int(row), head, tb);
-      };
-      if (lane == 0) {
-        mbar_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
-#pragma unroll
-        for (int c = 0; c < kD / 64; ++c) {
-          load(smem + Cfg::kSmemK + c * Cfg::kKVChunk, &maps.k, kv_full, c * 64, si.k_row0 + n0,
-               hk);
-          load(smem + Cfg::kSmemV + c * Cfg::kKVChunk, &maps.v, kv_full, c * 64, si.k_row0 + n0,
-               hk);
-        }
-      }
-      const float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
-      const float* dsum =
-          p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
-      for (int it = 0; it < n_iters; ++it) {
-        const int stage = it % kStages, use = it / kStages, m0 = m_block(it) * kBM;
-        // The block's stats, loaded before the wait so the latency hides under it. Rows past
-        // the sequence: lse +inf (P = 0 without a mask), D 0.
-        float l2[kBM / 32], dd[kBM / 32];
-#pragma unroll
-        for (int r = 0; r < kBM / 32; ++r) {
-          const int i = m0 + r * 32 + lane;
-          l2[r] = INFINITY;
-          dd[r] = 0.f;
-          if (i < si.seqlen_q) {
-            l2[r] = lse[i] * 1.4426950408889634f;
-            dd[r] = dsum[i];
-          }
-        }
-        if (use > 0) mbar_wait(q_empty + stage, (use - 1) & 1);
-        if (lane == 0) {
-          const int64_t row = si.q_row0 + m0;
-          mbar_arrive_expect_tx(q_full + stage, 2 * Cfg::kQBytes);
-#pragma unroll
-          for (int c = 0; c < kD / 64; ++c) {
-            load(smem + Cfg::kSmemQ + stage * Cfg::kQBytes + c * Cfg::kQChunk, &maps.q,
-                 q_full + stage, c * 64, row, h);
-            load(smem + Cfg::kSmemDO + stage * Cfg::kQBytes + c * Cfg::kQChunk, &maps.dout,
-                 q_full + stage, c * 64, row, h);
-          }
-        }
-        const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;
-#pragma unroll
-        for (int r = 0; r < kBM / 32; ++r) {
-          sts_f32(stat + (r * 32 + lane) * 4, l2[r]);
-          sts_f32(stat + (kBM + r * 32 + lane) * 4, dd[r]);
-        }
-        mbar_arrive(q_full + stage);  // release: the stats stores above come with it
-      }
-    } else {  // warp 1: each consumer's dQ block of each query block into the accumulator
-      for (int it = 0; it < n_iters; ++it) {
-        const int m0 = m_block(it) * kBM;
-#pragma unroll
-        for (int c = 0; c < Cfg::kConsumers; ++c) {
-          __syncwarp();  // bar.sync is warp-aligned: lane 0 was alone just before
-          named_bar_sync(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
-          if (lane == 0) {
-            const uint32_t src = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
-            const int col = Cfg::kDqByRows ? 0 : 64 * c;
-            const int row = int(si.q_row0) + m0 + (Cfg::kDqByRows ? 64 * c : 0);
-            if constexpr (Cfg::kAblate != 1) {
-#pragma unroll
-              for (int k = 0; k < 2; ++k) {
-                if (p.is_varlen)
-                  tma_reduce_add_3d(&maps.dq, src + k * Cfg::kDQChunk, col + 32 * k, row, h);
-                else
-                  tma_reduce_add_4d(&maps.dq, src + k * Cfg::kDQChunk, col + 32 * k, row, h, tb);
-              }
-            }
-            bulk_commit();
-          }
-        }
-        if (it + 1 < n_iters) {  // the consumers wait for these only before their next block
-          if (lane == 0) bulk_wait_read<1>();
-          __syncwarp();
-          named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
-          if (lane == 0) bulk_wait_read<0>();
-          __syncwarp();
-          named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
-        }
-      }
-      if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
-    }
+    if (warp == 0)
+      bwd_load_warp<Cfg>(p, maps, smem, smem0, kv_full, q_full, q_empty, si, b, h, hk, n0,
+                         n_iters, lane, m_block);
+    else
+      bwd_dq_warp<Cfg>(p, maps, smem0, si, b, h, n_iters, lane, m_block);
     return;
   }
 

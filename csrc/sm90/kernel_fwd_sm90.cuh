@@ -469,13 +469,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (drop_on) {
         constexpr int kNB = kBN / 16;
         const int I = (ti.m0 + c * 64 + warp * 16) >> 4, J0 = n0 >> 4;
-        auto apply_kept = [&](int kk, uint32_t kept, int half) {  // kept: 0xff per kept byte
-          a[kk][half] &= __byte_perm(kept, 0u, 0x1100u);
-          a[kk][2 + half] &= __byte_perm(kept, 0u, 0x3322u);
-        };
         auto apply = [&](int kk, const uint32_t (&w)[2]) {
 #pragma unroll
-          for (int half = 0; half < 2; ++half) apply_kept(kk, dropout_kept4(rng, w[half]), half);
+          for (int half = 0; half < 2; ++half) {
+            const uint32_t kept = dropout_kept4(rng, w[half]);  // 0xff per kept byte
+            a[kk][half] &= __byte_perm(kept, 0u, 0x1100u);
+            a[kk][2 + half] &= __byte_perm(kept, 0u, 0x3322u);
+          }
         };
 #pragma unroll
         for (int pp = 0; pp < kNB / 2; ++pp) {
@@ -504,6 +504,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // area and one TMA store per 64 columns (the tensor's extents clip rows past seqlen_q and
     // columns past headdim_v), issued by thread 0, which lets it run under the next tile;
     // else straight from registers (4-byte stores, half of each 32-byte sector).
+    // Row r's sum over its quad, then lse and 1 / sum (row_finish.h; every lane, before any
+    // row test: the shuffles take the whole warp).
+    auto finish = [&](int r, bool has_sink, float sink) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffff, sum, 1);
+      sum += __shfl_xor_sync(0xffffffff, sum, 2);
+      return finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f, has_sink, sink,
+                        Has_dropout ? p.dropout_scale : 1.f);
+    };
     auto epilogue_tma = [&] {
       float* lse =
           p.lse_ptr + ti.b * p.lse_batch_stride + ti.h * p.lse_head_stride + ti.si.q_row0;
@@ -515,11 +524,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       named_bar_sync(Cfg::kBarO + c, 128);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffff, sum, 1);
-        sum += __shfl_xor_sync(0xffffffff, sum, 2);
-        const RowFinish fin = finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f,
-                                         has_sink, sink, Has_dropout ? p.dropout_scale : 1.f);
+        const RowFinish fin = finish(r, has_sink, sink);
         // Row warp * 16 + g + 8 r of the area; n8 block j is 16-byte unit j % 8 of chunk j / 8,
         // swizzled by the row's index mod 8 (= g): 32 lanes, 32 banks.
         const int g = lane / 4;
@@ -557,13 +562,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const float sink = has_sink ? p.sink_ptr[ti.h] : 0.f;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffff, sum, 1);
-        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        const RowFinish fin = finish(r, has_sink, sink);
         const int row = row0 + 8 * r;
         if (row >= ti.si.seqlen_q) continue;
-        const RowFinish fin = finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f,
-                                         has_sink, sink, Has_dropout ? p.dropout_scale : 1.f);
         const float inv = fin.inv;
         Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll

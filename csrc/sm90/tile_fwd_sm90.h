@@ -94,22 +94,24 @@ constexpr FwdTile fwd_tile_short_local(int d, int dv) {
 // at head dims up to 128 only (d192 untimed, left early as d256).
 constexpr bool fwd_v_late(int d, int dv) { return d <= 128 && dv <= 128; }
 
+// Shared memory of a tile but the output's staging area: Q, the K and V stages (each a
+// 1024-aligned tile of 64-column chunks), 128 bytes of mbarriers, 1024 of alignment slack.
+constexpr int fwd_ring_bytes(FwdTile t, int d, int dv) {
+  return t.block_m * d * 2 + t.stages * t.block_n * (d + dv) * 2 + 128 + 1024;
+}
+
 // The output's staging area for the TMA store of the epilogue (kernel_fwd_sm90.cuh, kTmaO):
 // block_m x dv, where it fits beside the tile with 8 KB to spare for a block mask's lists
 // (d64's 192 x 128 and 128 x 128, d128's 128 x 128); 0 elsewhere (the long-key 128 x 176,
 // d192, d256: their epilogue stores from registers).
 constexpr int fwd_o_stage_bytes(FwdTile t, int d, int dv) {
-  const int base = t.block_m * d * 2 + t.stages * t.block_n * (d + dv) * 2 + 128 + 1024;
   const int o = t.block_m * dv * 2;
-  return base + o + 8192 <= 232448 ? o : 0;
+  return fwd_ring_bytes(t, d, dv) + o + 8192 <= 232448 ? o : 0;
 }
 
-// Shared memory of a tile: Q, the K and V stages (each a 1024-aligned tile of 64-column
-// chunks), the output's staging area (fwd_o_stage_bytes), 128 bytes of mbarriers, 1024 of
-// alignment slack.
+// Shared memory of a tile: fwd_ring_bytes and the output's staging area (fwd_o_stage_bytes).
 constexpr int fwd_smem_bytes(FwdTile t, int d, int dv) {
-  return t.block_m * d * 2 + t.stages * t.block_n * (d + dv) * 2 + fwd_o_stage_bytes(t, d, dv) +
-         128 + 1024;
+  return fwd_ring_bytes(t, d, dv) + fwd_o_stage_bytes(t, d, dv);
 }
 
 // Block-sparse calls (kernel_fwd_sm90.cuh's Is_sparse): a tile that divides 128 x 128 blocks,
