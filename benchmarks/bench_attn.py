@@ -136,7 +136,9 @@ def header(device: torch.device, args: argparse.Namespace) -> dict:
                    "rounds": bench.Timing.rounds,
                    "stat": "median of per-call times (CUDA events; wall clock on the CPU), "
                            "spread = (p90 - p10) / median; a cell's implementations timed in "
-                           "interleaved rounds, the order rotated per round"},
+                           "interleaved rounds, each in its own shuffled order "
+                           "(bench.round_orders), each timed batch after lead_ms of its own "
+                           "untimed calls"},
         "flops": "fwd 4*B*H*N*N*d (halved when causal), bwd 2.5x fwd",
         "argv": sys.argv[1:],
     }
