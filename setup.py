@@ -1,4 +1,5 @@
-"""Build flashattn: one stable-ABI, limited-API extension `flashattn._C`.
+"""Build flashattn: one stable-ABI, limited-API extension `flashattn._C` (or two: see
+FLASHATTN_SPLIT_CUDA).
 
 Build flags (environment variables; each is also a C++ macro and a key of
 flashattn/_build_config.py's BUILD_CONFIG):
@@ -12,6 +13,11 @@ flashattn/_build_config.py's BUILD_CONFIG):
   FLASHATTN_DISABLE_DROPOUT=1   no CUDA dropout kernels (the CPU's dropout stays): a CUDA call
                                 with dropout_p > 0 raises naming the flag (a shorter build)
   FLASHATTN_DISABLE_BLOCK_SPARSE=1  no CUDA block-sparse kernels (the CPU's stay), likewise
+  FLASHATTN_SPLIT_CUDA=1        the CUDA kernels in a second extension, flashattn._C_cuda, which
+                                flashattn/__init__.py loads only when torch has CUDA: `_C` (the
+                                API and the CPU backend) links torch's CPU libraries alone, so
+                                the same wheel imports on a CPU-only torch (csrc/common/
+                                cuda_table.h); not yet the default (not yet run on a GPU)
   FLASHATTN_LINEINFO=1          nvcc -lineinfo (source lines for profilers and sanitizers;
                                 off by default: a release wheel does not carry them)
   TORCH_CUDA_ARCH_LIST          the CUDA targets (tools/build_archs.py: "9.0a" or "9.0" builds
@@ -35,7 +41,7 @@ import generate_wgmma  # noqa: E402
 
 FLAGS = ["FLASHATTN_DISABLE_CUDA", "FLASHATTN_DISABLE_SM80", "FLASHATTN_DISABLE_SM90",
          "FLASHATTN_DISABLE_BACKWARD", "FLASHATTN_DISABLE_FP8", "FLASHATTN_DISABLE_DROPOUT",
-         "FLASHATTN_DISABLE_BLOCK_SPARSE", "FLASHATTN_LINEINFO"]
+         "FLASHATTN_DISABLE_BLOCK_SPARSE", "FLASHATTN_LINEINFO", "FLASHATTN_SPLIT_CUDA"]
 NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler=-fvisibility=hidden"]
 TORCH_TARGET_VERSION = "0x020a000000000000"  # the stable ABI of torch 2.10: runs on >= 2.10
 # The same version as "major.minor": BUILD_CONFIG's torch_target_version (flashattn/__init__.py
@@ -121,7 +127,7 @@ def shared_libstdcxx():
     return sorted(paths)[:1]
 
 
-def make_extension():
+def make_extensions():
     import torch
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
@@ -133,6 +139,7 @@ def make_extension():
         config["FLASHATTN_DISABLE_SM90"] = True
         config["FLASHATTN_DISABLE_BACKWARD"] = True
         config["FLASHATTN_LINEINFO"] = False
+        config["FLASHATTN_SPLIT_CUDA"] = False
     generate_instantiations.main()
     generate_wgmma.main()
     buckets = [d for d, _ in generate_instantiations.head_dims()]
@@ -185,14 +192,26 @@ def make_extension():
     write_targets_header(sm80_target)
     cxx = ["-O3", "-std=c++17", "-fvisibility=hidden",
            f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"] + defines
-    kwargs = dict(name="flashattn._C", sources=sources, py_limited_api=True,
-                  include_dirs=[str(ROOT / "csrc")], extra_link_args=shared_libstdcxx())
-    if cuda:
-        nvcc = NVCC_FLAGS + (["-lineinfo"] if config["FLASHATTN_LINEINFO"] else []) + defines
-        ext = CUDAExtension(extra_compile_args={"cxx": cxx, "nvcc": nvcc + nvcc_flags}, **kwargs)
-        ext.flashattn_separate = [(family, cu, nvcc + flags) for family, cu, flags in separate]
-        return ext
-    return CppExtension(extra_compile_args={"cxx": cxx}, **kwargs)
+    common = dict(py_limited_api=True, include_dirs=[str(ROOT / "csrc")],
+                  extra_link_args=shared_libstdcxx())
+    if not cuda:
+        return [CppExtension("flashattn._C", sources, extra_compile_args={"cxx": cxx}, **common)]
+    nvcc = NVCC_FLAGS + (["-lineinfo"] if config["FLASHATTN_LINEINFO"] else []) + defines
+    if config["FLASHATTN_SPLIT_CUDA"]:
+        # _C: the API and CPU sources, no CUDA library; _C_cuda: the kernel families and the
+        # table that hands them to _C (csrc/cuda_table/).
+        host = [s for s in sources if not s.endswith(".cu")]
+        kernels = [s for s in sources if s.endswith(".cu")] + ["csrc/cuda_table/cuda_table.cpp"]
+        exts = [CppExtension("flashattn._C", host, extra_compile_args={"cxx": cxx}, **common),
+                CUDAExtension("flashattn._C_cuda", kernels,
+                              extra_compile_args={"cxx": cxx, "nvcc": nvcc + nvcc_flags},
+                              **common)]
+    else:
+        exts = [CUDAExtension("flashattn._C", sources,
+                              extra_compile_args={"cxx": cxx, "nvcc": nvcc + nvcc_flags},
+                              **common)]
+    exts[-1].flashattn_separate = [(family, cu, nvcc + flags) for family, cu, flags in separate]
+    return exts
 
 
 def check_cxx_runtime(path):
@@ -264,7 +283,7 @@ setup(
     description="Exact FlashAttention for PyTorch: fused tiled kernels, CPU backend, "
                 "flash-attn 2.x compatible API",
     packages=find_packages(include=["flashattn", "flashattn.*"]),
-    ext_modules=[make_extension()],
+    ext_modules=make_extensions(),
     cmdclass={"build_ext": build_ext_cls()},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
     python_requires=">=3.10",

@@ -8,6 +8,7 @@ kernels and autograd; `interface` holds the flash-attn 2.x compatible functions,
 the block-sparse ones.
 """
 import re
+import warnings
 
 import torch  # loads libtorch before the extension
 
@@ -33,7 +34,7 @@ def _check_torch():
             f"flashattn {__version__} needs torch >= {target} (it is built against the stable "
             f"ABI of torch {target}), but this is torch {found}; install torch >= {target}")
     cuda = BUILD_CONFIG.get("cuda_version")
-    if cuda and torch.version.cuda is None:
+    if cuda and torch.version.cuda is None and not BUILD_CONFIG.get("FLASHATTN_SPLIT_CUDA"):
         raise ImportError(
             f"flashattn {__version__} is built with CUDA {cuda} kernels and needs a CUDA "
             f"{cuda.split('.')[0]}.x build of torch, but this torch {found} has no CUDA; "
@@ -41,17 +42,40 @@ def _check_torch():
             "alone (pip install --no-build-isolation .)")
 
 
+def _cuda_mismatch(e):
+    """ImportError e, with the CUDA versions named when this build's and torch's differ."""
+    cuda, torch_cuda = BUILD_CONFIG.get("cuda_version"), torch.version.cuda
+    if cuda and torch_cuda and cuda.split(".")[0] != torch_cuda.split(".")[0]:
+        return ImportError(
+            f"{e} (flashattn {__version__} is built with CUDA {cuda}, this torch "
+            f"{torch.__version__} with CUDA {torch_cuda}: install a CUDA "
+            f"{cuda.split('.')[0]}.x build of torch)")
+    return e
+
+
 def _load_extension():
+    """Loads _C (registers the ops). A split build (FLASHATTN_SPLIT_CUDA) keeps its kernels in
+    _C_cuda, loaded here only when torch has CUDA and handed to _C; where it cannot load, the
+    CPU backend still works and a CUDA call raises an error naming why (cuda_forward.cpp)."""
     try:
         from . import _C  # noqa: F401  (registers the ops)
     except ImportError as e:
-        cuda, torch_cuda = BUILD_CONFIG.get("cuda_version"), torch.version.cuda
-        if cuda and torch_cuda and cuda.split(".")[0] != torch_cuda.split(".")[0]:
-            raise ImportError(
-                f"{e} (flashattn {__version__} is built with CUDA {cuda}, this torch "
-                f"{torch.__version__} with CUDA {torch_cuda}: install a CUDA "
-                f"{cuda.split('.')[0]}.x build of torch)") from e
-        raise
+        raise _cuda_mismatch(e) from e
+    if not BUILD_CONFIG.get("FLASHATTN_SPLIT_CUDA"):
+        return
+    if torch.version.cuda is None:
+        _C._set_cuda_table(0, f"this torch {torch.__version__} has no CUDA (a CPU-only build); "
+                              "install a CUDA build of torch for the CUDA kernels")
+        return
+    try:
+        from . import _C_cuda
+    except ImportError as e:
+        why = f"importing it failed: {_cuda_mismatch(e)}"
+        _C._set_cuda_table(0, why)
+        warnings.warn(f"flashattn: the CUDA kernels (flashattn._C_cuda) did not load ({why}); "
+                      "the CPU backend works, CUDA calls raise this error", stacklevel=3)
+        return
+    _C._set_cuda_table(_C_cuda._table(), None)
 
 
 _check_torch()

@@ -42,7 +42,9 @@ def test_older_torch_refused(monkeypatch, version, ok):
 def test_cpu_only_torch(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None)
     cuda = flashattn.BUILD_CONFIG["cuda_version"]
-    if cuda is None:  # a CPU-only build loads into any torch
+    if cuda is None or flashattn.BUILD_CONFIG.get("FLASHATTN_SPLIT_CUDA"):
+        # a CPU-only build loads into any torch; a split build's _C too (its kernels are in
+        # _C_cuda, loaded only with a CUDA torch: tests/test_split_cuda.py)
         flashattn._check_torch()
         return
     with pytest.raises(ImportError, match=f"CUDA {cuda} kernels and needs a CUDA "

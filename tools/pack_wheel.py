@@ -1,9 +1,9 @@
-"""tools/pack_wheel.py OUTDIR: the built package of this tree (flashattn/*.py and the extension
-an in-place or editable build left in flashattn/) packed as a cp310-abi3 wheel, without
-compiling anything. CI's wheel check (.ci/run) installs it with tools/wheel_check.sh: the same
-extension binary a user's build makes, installed as a wheel outside the source tree. The
-release wheel is tools/build_wheel.sh's (a build from scratch, then auditwheel's manylinux
-tag); this one keeps the plain linux_x86_64 tag."""
+"""tools/pack_wheel.py OUTDIR: the built package of this tree (flashattn/*.py and the extension,
+or a split build's two, an in-place or editable build left in flashattn/) packed as a
+cp310-abi3 wheel, without compiling anything. CI's wheel check (.ci/run) installs it with
+tools/wheel_check.sh: the same extension binary a user's build makes, installed as a wheel
+outside the source tree. The release wheel is tools/build_wheel.sh's (a build from scratch,
+then auditwheel's manylinux tag); this one keeps the plain linux_x86_64 tag."""
 import re
 import sys
 from pathlib import Path
@@ -26,16 +26,18 @@ def main() -> None:
         raise SystemExit("usage: python tools/pack_wheel.py OUTDIR")
     out = Path(sys.argv[1])
     pkg = ROOT / "flashattn"
-    ext = sorted(pkg.glob("_C*.so"))
-    if len(ext) != 1:
-        raise SystemExit(f"pack_wheel: expected one built extension flashattn/_C*.so, found "
-                         f"{[p.name for p in ext]} (build in place first)")
+    # _C, and _C_cuda of a split build (setup.py's FLASHATTN_SPLIT_CUDA)
+    ext = sorted(pkg.glob("_C.*so")) + sorted(pkg.glob("_C_cuda.*so"))
+    if len(sorted(pkg.glob("_C.*so"))) != 1 or len(sorted(pkg.glob("_C_cuda.*so"))) > 1:
+        raise SystemExit(f"pack_wheel: expected one built extension flashattn/_C*.so (and at "
+                         f"most one _C_cuda*.so), found {[p.name for p in ext]} (build in "
+                         "place first)")
     version = setup_value(r'version="([^"]+)"')
     target = int(setup_value(r'TORCH_TARGET_VERSION = "(0x[0-9a-f]+)"'), 16)
     torch_min = f"{target >> 56}.{target >> 48 & 0xff}"
     files = sorted(p for p in pkg.rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts and
-                   (p.suffix == ".py" or p == ext[0]))
+                   (p.suffix == ".py" or p in ext))
     dist_info = f"flashattn-{version}.dist-info"
     metadata = (f"Metadata-Version: 2.1\nName: flashattn\nVersion: {version}\n"
                 f"Requires-Python: >=3.10\nRequires-Dist: torch>={torch_min}\n")

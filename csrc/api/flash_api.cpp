@@ -21,11 +21,15 @@
 #include "params_fill.h"
 #include "schema.h"
 
+#ifdef FLASHATTN_SPLIT_CUDA
+#include "cuda_forward.h"  // the split build: the stream through flashattn._C_cuda's table
+#else
 extern "C" {
 // From torch's C shim (a C symbol, stable across versions); declared here so this file
 // does not need USE_CUDA while including the shim.
 int32_t aoti_torch_get_current_cuda_stream(int32_t device_index, void** ret_stream);
 }
+#endif
 
 namespace flashattn::api {
 namespace {
@@ -46,10 +50,14 @@ cpu::ParallelFor cpu_parallel_for() {
 }
 
 [[maybe_unused]] void* current_stream(const Tensor& q) {
+#ifdef FLASHATTN_SPLIT_CUDA
+  return cuda_current_stream(q.get_device_index());
+#else
   void* stream = nullptr;
   FLASHATTN_CHECK(aoti_torch_get_current_cuda_stream(q.get_device_index(), &stream) == 0,
                   "could not get the current CUDA stream");
   return stream;
+#endif
 }
 
 // The backend's workspace, zeroed unless `zeroed` is false, through torch's allocator (kept
