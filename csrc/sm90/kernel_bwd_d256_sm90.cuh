@@ -226,17 +226,7 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     wgmma_wait<0>();
     wgmma_fence_operands(dq);
     if (it > 0) named_bar_sync(Cfg::kBarDQEmpty + c, Cfg::kDQBarThreads);  // last stage read
-    // dQ stage: 32-column chunks, 128-byte rows (queries), 16-byte unit XOR row % 8.
-#pragma unroll
-    for (int j = 0; j < kDH / 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = warp * 16 + g + 8 * r;
-        const int unit = (j % 4) * 2 + (lane % 4) / 2;
-        const uint32_t off =
-            (j / 4) * Cfg::kDQChunk + row * 128 + ((unit ^ g) * 16) + (lane % 2) * 8;
-        sts_f32x2(dq_smem + off, dq[j * 4 + 2 * r], dq[j * 4 + 2 * r + 1]);
-      }
+    bwd_stage_dq<kDH, Cfg::kDQChunk>(dq_smem, dq, warp, lane);  // the dQ stage, for warp 1
     fence_async_shared();
     named_bar_arrive(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
   }

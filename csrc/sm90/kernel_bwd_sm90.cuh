@@ -259,6 +259,30 @@ __device__ __forceinline__ void bwd_dq_warp(const BwdParams& p, const BwdMaps& m
   if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
 }
 
+// A consumer's dQ block (an m64nkCols fp32 accumulator: rows warp * 16 + lane / 4 + 8 r, n8
+// block j's columns j * 8 + (lane % 4) * 2, + 1) into the reduce's staging layout: 32-column
+// chunks of kChunk bytes, 128-byte rows, 16-byte unit XOR row % 8. For one j the 16 lanes of
+// a half-warp (rows g = lane / 4 of 0-3) would fill only 4 of a row's 8 units, each twice
+// (16 banks, two wavefronts an STS.64); lanes of odd g store block j ^ 2 at step j instead
+// (the same chunk, the other 4 units), so every half-warp store covers the 32 banks once.
+template <int kCols, int kChunk>
+__device__ __forceinline__ void bwd_stage_dq(uint32_t dq_smem, const float (&dq)[kCols / 2],
+                                             int warp, int lane) {
+  const int g = lane / 4;
+  const bool odd = g & 1;
+#pragma unroll
+  for (int j = 0; j < kCols / 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int js = odd ? j ^ 2 : j;
+      const int row = warp * 16 + g + 8 * r;
+      const int unit = (js % 4) * 2 + (lane % 4) / 2;
+      const uint32_t off = (j / 4) * kChunk + row * 128 + ((unit ^ g) * 16) + (lane % 2) * 8;
+      sts_f32x2(dq_smem + off, odd ? dq[(j ^ 2) * 4 + 2 * r] : dq[j * 4 + 2 * r],
+                odd ? dq[(j ^ 2) * 4 + 2 * r + 1] : dq[j * 4 + 2 * r + 1]);
+    }
+}
+
 // The score transform of the backward (Has_score_mod: softcap and / or ALiBi, as the sm80
 // backward computes them, tanh.approx): on S^T in log2 units, cap * tanh(S scale / cap) (its
 // derivative's factor 1 - tanh^2 kept for dS) minus the ALiBi slope times |i + shift - j|.
@@ -592,17 +616,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_wait<1>();  // dV and dQ done; dK may still run
     wgmma_fence_operands(dq);
     if (it > 0) named_bar_sync(Cfg::kBarDQEmpty + c, Cfg::kDQBarThreads);  // last block read
-    // dQ block into shared memory: 32-column chunks, 128-byte rows, 16-byte unit XOR row % 8.
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = warp * 16 + lane / 4 + 8 * r;
-        const int unit = (j % 4) * 2 + (lane % 4) / 2;
-        const uint32_t off = (j / 4) * Cfg::kDQChunk + row * 128 + ((unit ^ (lane / 4)) * 16) +
-                             (lane % 2) * 8;
-        sts_f32x2(dq_smem + off, dq[j * 4 + 2 * r], dq[j * 4 + 2 * r + 1]);
-      }
+    bwd_stage_dq<64, Cfg::kDQChunk>(dq_smem, dq, warp, lane);  // the dQ block, for warp 1
     fence_async_shared();
     named_bar_arrive(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
     wgmma_wait<0>();
