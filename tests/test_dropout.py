@@ -205,6 +205,26 @@ def sm90_bwd_dropout_factors(device):
                 softcap=[0.0], alibi=["none"], p=[0.17, 0.5, 0.9])
 
 
+def sm90_bwd_d256_dropout_factors(device):
+    """The d 256 sm90 backward's dropout variant (kernel_bwd_d256_sm90.cuh, Has_dropout): the
+    256 bucket's head dims, no softcap or ALiBi; with dropout always."""
+    return dict(sm90_bwd_dropout_factors(device), hd=[(256, 256), (200, 200)])
+
+
+@pytest.mark.parametrize("device,c", cuda_case_params(sm90_bwd_d256_dropout_factors, seed=5))
+def test_dropout_sm90_backward_d256(device, c, seed, monkeypatch):
+    """The d 256 sm90 dropout backward (off by default until a GPU run has passed these;
+    FLASHATTN_SM90_DROPOUT_BWD_D256=1 is set here), on the sm90 forward: the checks of
+    test_dropout, with the op's own choice asserted to be the sm90 backward (skipped off
+    Hopper)."""
+    if not (torch.cuda.get_device_capability() == (9, 0)
+            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
+        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+    monkeypatch.setenv("FLASHATTN_SM90_DROPOUT_BWD_D256", "1")
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    run_case(device, c, seed, bwd_path="sm90")
+
+
 @pytest.mark.parametrize("device,c", cuda_case_params(sm90_bwd_dropout_factors, seed=3))
 def test_dropout_sm90_backward(device, c, seed, monkeypatch):
     """The sm90 dropout backward (the default on Hopper; FLASHATTN_SM90_DROPOUT_BWD=0 turns it

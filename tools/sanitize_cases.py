@@ -119,6 +119,11 @@ def sm90_cases():
     run_padded(2, 1100, 1300, 8, 2, 128, 128, fp16, dropout_p=0.1, forward_only=True)
     run_padded(2, 300, 300, 24, 8, 128, 128, bf16, dropout_p=0.3, causal=True)  # 144 tiles
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 128, bf16, dropout_p=0.15, causal=True)
+    # The d 256 backward's dropout variant (off by default until verified: switched on here)
+    os.environ["FLASHATTN_SM90_DROPOUT_BWD_D256"] = "1"
+    run_padded(1, 333, 517, 4, 2, 256, 256, bf16, dropout_p=0.2, causal=True)
+    run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, fp16, dropout_p=0.15)
+    del os.environ["FLASHATTN_SM90_DROPOUT_BWD_D256"]
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

@@ -65,8 +65,11 @@ struct BwdConfigD256 {
   static constexpr __device__ int dq_row(int) { return 0; }
 };
 
-// Has_score_mod: softcap and / or ALiBi (kernel_bwd_sm90.cuh's bwd_score_mod).
-template <typename Element, bool Has_score_mod = false>
+// Has_score_mod: softcap and / or ALiBi (kernel_bwd_sm90.cuh's bwd_score_mod). Has_dropout:
+// the forward's keep mask regenerated per block (bwd_keep_bits_st, this warp's 16 keys x the
+// consumer's 32 queries); dV takes P^T Z scale, dS^T = P^T (Z scale dP^T - D), as the d64 /
+// d128 kernel computes them (not with a score transform: the launch sends those to sm80).
+template <typename Element, bool Has_score_mod = false, bool Has_dropout = false>
 __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     bwd_kernel_d256_sm90(const __grid_constant__ sm80::BwdArgs args,
                          const __grid_constant__ BwdMaps maps, int sect) {
@@ -134,6 +137,8 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
   const int full_hi = keys_in ? mi.query_end(n0) : 0;
   const float scale_log2 = p.softmax_scale_log2;
   const BwdScoreMod smod = Has_score_mod ? bwd_score_mod(p, b, h, mi) : BwdScoreMod{};
+  DropoutRng rng{};
+  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
   float dk[kDH / 2], dv[kDH / 2];
 #pragma unroll
   for (int i = 0; i < kDH / 2; ++i) dk[i] = dv[i] = 0.f;
@@ -157,6 +162,13 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     const uint32_t pt_base = smem0 + Cfg::kSmemP + (it & 1) * Cfg::kPBytes;
     const uint32_t ds_base = smem0 + Cfg::kSmemDS + (it & 1) * Cfg::kPBytes;
     const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
+    uint32_t zbits[(kQH / 2 + 31) / 32];  // drawn before the MMAs hold their accumulators
+    if constexpr (Has_dropout)
+      bwd_keep_bits_st<kQH>(rng, (m0 + c * kQH) >> 4, (n0 + warp * 16) >> 4, lane, zbits);
+    auto z = [&](int i) {  // element i's dropout factor
+      if constexpr (Has_dropout) return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f;
+      return 1.f;
+    };
     mbar_wait(q_full, it & 1);
     float st[kQH / 2], dpt[kQH / 2];
     // acc = A B^T over the 256 head-dim columns, both K-major: A the 64 keys, B 32 queries.
@@ -182,7 +194,7 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     wgmma_wait<0>();
     wgmma_fence_operands(dpt);
     bwd_dscores_st<kQH, Has_score_mod>(dpt, st, dth, stat + (kBM + c * kQH) * 4, lane,
-                                       smod.has_cap, [](int) { return 1.f; });
+                                       smod.has_cap, z);
     // P^T and dS^T into shared memory: row = key, this consumer's 32 query columns of the
     // 128-byte row (16-byte units 4 c + j, XOR row % 8 = g): the K-major A of dV / dK, and
     // (dS^T) the M-major A of dQ = dS K.
@@ -192,7 +204,8 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
       for (int r = 0; r < 2; ++r) {
         const uint32_t off =
             (warp * 16 + g + 8 * r) * 128 + (((c * kQH / 8 + j) ^ g) * 16) + (lane % 4) * 4;
-        sts_u32(pt_base + off, pack_x2<Element>(st[j * 4 + 2 * r], st[j * 4 + 2 * r + 1]));
+        const int i = j * 4 + 2 * r;  // P^T Z scale for dV (P^T itself without dropout)
+        sts_u32(pt_base + off, pack_x2<Element>(st[i] * z(i), st[i + 1] * z(i + 1)));
         sts_u32(ds_base + off, pack_x2<Element>(dpt[j * 4 + 2 * r], dpt[j * 4 + 2 * r + 1]));
       }
     fence_async_shared();

@@ -283,6 +283,36 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t dq_smem, const float (&dq)
     }
 }
 
+// Has_dropout (params.h): which elements of an m64nkN S^T accumulator (this warp's 16 keys,
+// 16-key block J; the kN queries from 16-query block I0) the forward kept, one bit each (bit i
+// of zbits[i / 32]). Element i = j * 4 + e: query column j * 8 + (lane % 4) * 2 + (e & 1)
+// (the half j % 2 of 16-query block j / 2), key row lane / 4 + 8 (e >> 1): byte 2 (j % 2) +
+// (e >> 1) of the block's keep word e & 1 (dropout_words_st, two blocks per draw).
+template <int kN>
+__device__ __forceinline__ void bwd_keep_bits_st(const DropoutRng& rng, int I0, int J, int lane,
+                                                 uint32_t (&zbits)[(kN / 2 + 31) / 32]) {
+  static_assert(kN % 32 == 0, "16-query blocks in pairs");
+#pragma unroll
+  for (int w = 0; w < (kN / 2 + 31) / 32; ++w) zbits[w] = 0u;
+#pragma unroll
+  for (int cp = 0; cp < kN / 16; cp += 2) {
+    uint32_t wa[2], wb[2];
+    dropout_words_st(rng, I0 + cp, J, I0 + cp + 1, J, lane, wa, wb);
+#pragma unroll
+    for (int blk = 0; blk < 2; ++blk) {
+      const uint32_t kept[2] = {dropout_kept4(rng, blk ? wb[0] : wa[0]),
+                                dropout_kept4(rng, blk ? wb[1] : wa[1])};
+#pragma unroll
+      for (int ch = 0; ch < 2; ++ch)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = (2 * (cp + blk) + ch) * 4 + e;
+          zbits[i / 32] |= ((kept[e & 1] >> (8 * (2 * ch + (e >> 1)))) & 1u) << (i % 32);
+        }
+    }
+  }
+}
+
 // The score transform of the backward (Has_score_mod: softcap and / or ALiBi, as the sm80
 // backward computes them, tanh.approx): on S^T in log2 units, cap * tanh(S scale / cap) (its
 // derivative's factor 1 - tanh^2 kept for dS) minus the ALiBi slope times |i + shift - j|.
@@ -499,36 +529,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;
     const uint32_t ds_base = smem0 + Cfg::kSmemDS + (it & 1) * Cfg::kDSBytes;
     const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
-    // Dropout: which of this thread's kBM / 2 elements the forward kept, one bit each (bit i of
-    // zbits[i / 32]), drawn before this block's MMAs hold their accumulators (under them the
-    // Philox rounds spilled ~100 bytes) and held to dS^T.
-    // Element i = j * 4 + e: query column j * 8 + (lane % 4) * 2 + (e & 1) (the half j % 2 of
-    // 16-query block j / 2), key row lane / 4 + 8 (e >> 1): byte 2 (j % 2) + (e >> 1) of the
-    // block's keep word e & 1 (dropout_words_st; this warp's 16 keys, two blocks per draw).
-    constexpr int kZWords = (kBM / 2 + 31) / 32;
-    uint32_t zbits[kZWords];
-    if constexpr (Has_dropout) {
-      const int J = (n0 + c * 64 + warp * 16) >> 4, I0 = m0 >> 4;
-#pragma unroll
-      for (int w = 0; w < kZWords; ++w) zbits[w] = 0u;
-#pragma unroll
-      for (int cp = 0; cp < kBM / 16; cp += 2) {
-        uint32_t wa[2], wb[2];
-        dropout_words_st(rng, I0 + cp, J, I0 + cp + 1, J, lane, wa, wb);
-#pragma unroll
-        for (int blk = 0; blk < 2; ++blk) {
-          const uint32_t kept[2] = {dropout_kept4(rng, blk ? wb[0] : wa[0]),
-                                    dropout_kept4(rng, blk ? wb[1] : wa[1])};
-#pragma unroll
-          for (int ch = 0; ch < 2; ++ch)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = (2 * (cp + blk) + ch) * 4 + e;
-              zbits[i / 32] |= ((kept[e & 1] >> (8 * (2 * ch + (e >> 1)))) & 1u) << (i % 32);
-            }
-        }
-      }
-    }
+    // Dropout: which of this thread's kBM / 2 elements the forward kept (bwd_keep_bits_st),
+    // drawn before this block's MMAs hold their accumulators (under them the Philox rounds
+    // spilled ~100 bytes) and held to dS^T.
+    uint32_t zbits[(kBM / 2 + 31) / 32];
+    if constexpr (Has_dropout) bwd_keep_bits_st<kBM>(rng, m0 >> 4, (n0 + c * 64 + warp * 16) >> 4,
+                                                     lane, zbits);
     auto z = [&](int i) { return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f; };
     mbar_wait(q_full + stage, (it / kStages) & 1);
     float st[kBM / 2], dpt[kBM / 2];

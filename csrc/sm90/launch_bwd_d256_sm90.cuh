@@ -13,10 +13,24 @@
 
 namespace flashattn::sm90 {
 
+// The d 256 kernel's dropout variant (written 2026-12-04 after that session's device time,
+// compiled, not yet run on a GPU): off unless FLASHATTN_SM90_DROPOUT_BWD_D256=1 (read per
+// call; test_dropout.py's d 256 case sets it), which sends d 256 dropout backwards to sm80.
+inline bool sm90_dropout_bwd_d256_enabled() {
+#ifdef FLASHATTN_DISABLE_DROPOUT
+  return false;
+#else
+  const char* env = std::getenv("FLASHATTN_SM90_DROPOUT_BWD_D256");
+  return env != nullptr && env[0] == '1' && env[1] == '\0';
+#endif
+}
+
 // Why the d 256 kernel does not take this call (nullptr: it does): the 64 / 128 kernel's rules
-// at the 256 bucket, and none of dropout or a block mask (not in the draft).
+// at the 256 bucket, no block mask, and dropout only where its variant is on.
 inline const char* bwd_d256_unsupported(const BwdParams& p) {
-  if (p.dropout_threshold > 0) return "dropout (not in the d 256 kernel yet)";
+  if (p.dropout_threshold > 0 && !sm90_dropout_bwd_d256_enabled())
+    return "dropout at d 256 (the d 256 kernel's dropout variant is off until a GPU run "
+           "verifies it; FLASHATTN_SM90_DROPOUT_BWD_D256=1 turns it on)";
   if (p.q_num_blocks != nullptr) return "a block mask (not in the d 256 kernel yet)";
   return bwd_unsupported(p, BwdConfigD256::kD);
 }
@@ -41,6 +55,9 @@ void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
                              " bytes of shared memory, above the GPU's");
   auto kernel = bwd_score_mod_call(p) ? bwd_kernel_d256_sm90<Element, true>
                                       : bwd_kernel_d256_sm90<Element, false>;
+#ifndef FLASHATTN_DISABLE_DROPOUT
+  if (p.dropout_threshold > 0) kernel = bwd_kernel_d256_sm90<Element, false, true>;
+#endif
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Cfg::kSmem));
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(
