@@ -95,11 +95,16 @@ def test_large_shapes(N, B, H, Hk, d, causal, dtype):
                      3.0 if name.startswith("d") else 2.0)
 
 
+@pytest.mark.parametrize("sm90det", [False, True], ids=["default", "sm90det"])
 @pytest.mark.parametrize("d", [128, 256])  # 256: the tile chosen by shared memory (sm90: 64 x 64)
 @pytest.mark.parametrize("varlen", [False, True])
-def test_deterministic_bitwise_large(varlen, d):
+def test_deterministic_bitwise_large(varlen, d, sm90det, monkeypatch):
+    """Bitwise over two runs on large GQA calls; sm90det: the sm90 backward's deterministic
+    variant (FLASHATTN_SM90_DET_BWD=1; on other GPUs the same sm80 path twice)."""
     dtype = torch.bfloat16
     _skip(dtype, d)
+    if sm90det:
+        monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
     H, Hk = 16, 2
     if varlen:
         lens = [4096, 0, 1000, 3000]
@@ -158,6 +163,38 @@ def test_deterministic_rotation_chunks_match_reference(hd, sl, heads, chunk, mon
              alibi="none", heads=heads, noncontig=False)
     run_case("cuda", c, deterministic=True)
     _assert_bitwise_case(hd, sl, heads)
+
+
+@pytest.mark.parametrize("hd,sl,causal,window,heads", [
+    ((128, 128), (1000, 1000), True, "none", "gqa"),
+    ((128, 128), (777, 1100), False, "none", "mha"),
+    ((128, 128), (1100, 777), True, "none", "mqa"),
+    ((128, 128), (900, 700), False, "sym", "gqa"),
+    ((64, 64), (700, 900), True, "none", "gqa"),
+    ((64, 64), (1300, 1300), False, "none", "mqa"),
+    ((256, 256), (600, 600), True, "none", "gqa"),
+    ((256, 256), (333, 517), False, "left", "mha"),
+])
+def test_deterministic_sm90(hd, sl, causal, window, heads, monkeypatch):
+    """The sm90 backward's deterministic variant (off by default until a GPU run has passed
+    these; FLASHATTN_SM90_DET_BWD=1 here): its dQ adds in key-block order over query blocks
+    visited from the last down, GQA's dK / dV adds in head order. The op's choice asserted
+    to be sm90, then against the reference and bitwise over two runs (skipped off Hopper)."""
+    from test_attention import run_case, window_for
+
+    if not (torch.cuda.get_device_capability() == (9, 0)
+            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
+        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+    monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+    H, Hk = HEADS[heads]
+    q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
+    k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
+    kw = dict(causal=causal, window_size=window_for(window, *sl))
+    assert flashattn.kernel_path(q, k, k, direction="bwd", deterministic=True, **kw) == "sm90"
+    c = dict(dtype="bf16", hd=hd, sl=sl, causal=causal, window=window, softcap=0.0,
+             alibi="none", heads=heads, noncontig=False)
+    run_case("cuda", c, deterministic=True)
+    _assert_bitwise_case(hd, sl, heads, **kw)
 
 
 def test_deterministic_chunk_env_rejects_garbage(monkeypatch):

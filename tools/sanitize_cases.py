@@ -124,6 +124,13 @@ def sm90_cases():
     run_padded(1, 333, 517, 4, 2, 256, 256, bf16, dropout_p=0.2, causal=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, fp16, dropout_p=0.15)
     del os.environ["FLASHATTN_SM90_DROPOUT_BWD_D256"]
+    # The deterministic variant (off by default until verified: switched on here): dQ in key
+    # block order, GQA's dK / dV in head order; causal, a window, varlen with an empty sequence
+    os.environ["FLASHATTN_SM90_DET_BWD"] = "1"
+    run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True, deterministic=True)
+    run_padded(1, 500, 650, 4, 1, 64, 64, fp16, window_size=(100, 20), deterministic=True)
+    run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True, deterministic=True)
+    del os.environ["FLASHATTN_SM90_DET_BWD"]
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

@@ -38,11 +38,15 @@ Fn member(Fn CudaTable::*m, const char* what) {
 }  // namespace
 
 namespace sm80 {
-DeviceFit device_fit(int& cc) { return member(&CudaTable::sm80_device_fit, "sm80 kernels")(cc); }
+DeviceFit device_fit(int& cc) {
+  return member(&CudaTable::sm80_device_fit, "sm80 kernels")(cc);
+}
 std::string built_targets() {
   return member(&CudaTable::sm80_built_targets, "sm80 kernels")();
 }
-void run_fwd(const FwdParams& p, void* s) { member(&CudaTable::sm80_run_fwd, "sm80 kernels")(p, s); }
+void run_fwd(const FwdParams& p, void* s) {
+  member(&CudaTable::sm80_run_fwd, "sm80 kernels")(p, s);
+}
 void run_kvcache_append(const FwdParams& p, const KvAppendParams& a, void* s) {
   member(&CudaTable::sm80_run_kvcache_append, "sm80 kernels")(p, a, s);
 }
@@ -67,7 +71,9 @@ namespace sm90 {
 const char* fwd_unsupported_here(const FwdParams& p) {
   return member(&CudaTable::sm90_fwd_unsupported_here, "sm90 kernels")(p);
 }
-void run_fwd(const FwdParams& p, void* s) { member(&CudaTable::sm90_run_fwd, "sm90 kernels")(p, s); }
+void run_fwd(const FwdParams& p, void* s) {
+  member(&CudaTable::sm90_run_fwd, "sm90 kernels")(p, s);
+}
 const char* bwd_unsupported_here(const BwdParams& p) {
   return member(&CudaTable::sm90_bwd_unsupported_here, "sm90 backward kernels")(p);
 }

@@ -1,8 +1,9 @@
 // The Hopper backward's main kernel at head dim 256 (sm_90a), bf16 / fp16: FA4's d 256 split
 // in our primitives (benchmarks/NOTES.md, "sm90 backward at d 256"): the package's 256 bucket
 // (launch_bwd_sm90.cuh's run_bwd_hdim), also checked and timed by
-// tools/selftest/selftest_bwd_sm80.cu (-DSELFTEST_SM90 -DSELFTEST_D256). Between the sm80 backward's preprocessing and conversions, as
-// kernel_bwd_sm90.cuh (whose BwdArgs, tensor maps and launch order it shares).
+// tools/selftest/selftest_bwd_sm80.cu (-DSELFTEST_SM90 -DSELFTEST_D256). Between the sm80
+// backward's preprocessing and conversions, as kernel_bwd_sm90.cuh (whose BwdArgs, tensor
+// maps, producer warps and launch order it shares).
 //
 // At d 256 dK + dV of 64 keys are 64 x 256 x 2 fp32: one warpgroup cannot hold them (256
 // registers a thread), so the two consumer warpgroups split them along the head dim. One CTA
@@ -57,6 +58,7 @@ struct BwdConfigD256 {
   // Named barriers: both consumers' P^T / dS^T written; per consumer its dQ stage written
   // (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarPDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
+  static constexpr int kBarDet = kBarDQEmpty + kConsumers;  // the consumers (bwd_dkv_turn_*)
   static constexpr int kDQBarThreads = 128 + 32;
   // For the producer's warps shared with the d64 / d128 kernel (bwd_load_warp, bwd_dq_warp):
   // one stage of Q / dO / stats; consumer c's dQ stage: its kDHalf columns from kDHalf c.
@@ -69,7 +71,9 @@ struct BwdConfigD256 {
 // the forward's keep mask regenerated per block (bwd_keep_bits_st, this warp's 16 keys x the
 // consumer's 32 queries); dV takes P^T Z scale, dS^T = P^T (Z scale dP^T - D), as the d64 /
 // d128 kernel computes them (not with a score transform: the launch sends those to sm80).
-template <typename Element, bool Has_score_mod = false, bool Has_dropout = false>
+// Is_det: deterministic=True (kernel_bwd_sm90.cuh's bwd_dq_warp / bwd_dkv_turn_* orders).
+template <typename Element, bool Has_score_mod = false, bool Has_dropout = false,
+          bool Is_det = false>
 __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     bwd_kernel_d256_sm90(const __grid_constant__ sm80::BwdArgs args,
                          const __grid_constant__ BwdMaps maps, int sect) {
@@ -108,7 +112,7 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
   }
   __syncthreads();
 
-  auto m_block = [&](int it) { return m_lo + it; };
+  auto m_block = [&](int it) { return bwd_m_block<Is_det, false>(it, m_lo, n_iters, nullptr); };
   if (wg == 0) {
     setmaxnreg_dec<24>();
     if (n_iters == 0 || warp > 1) return;
@@ -116,7 +120,8 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
       bwd_load_warp<Cfg>(p, maps, smem, smem0, kv_full, q_full, q_empty, si, b, h, hk, n0,
                          n_iters, lane, m_block);
     else
-      bwd_dq_warp<Cfg>(p, maps, smem0, si, b, h, n_iters, lane, m_block);
+      bwd_dq_warp<Cfg, Is_det>(args, maps, smem0, si, mi, b, h, n_block, n_iters, lane,
+                               m_block);
     return;
   }
 
@@ -158,7 +163,7 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
 
   if (n_iters > 0) mbar_wait(kv_full, 0);
   for (int it = 0; it < n_iters; ++it) {
-    const int m0 = (m_lo + it) * kBM;
+    const int m0 = m_block(it) * kBM;
     const uint32_t pt_base = smem0 + Cfg::kSmemP + (it & 1) * Cfg::kPBytes;
     const uint32_t ds_base = smem0 + Cfg::kSmemDS + (it & 1) * Cfg::kPBytes;
     const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
@@ -246,6 +251,15 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
 
   // dK (scaled) and dV of this consumer's 128 columns (nothing to add from a key block that
   // saw no query block under GQA).
+  if constexpr (Is_det) {
+    if (args.dk_accum != nullptr) {  // GQA: in head order, a turn taken even with nothing to add
+      int* sem = bwd_dkv_turn_wait<Cfg>(args, b, h, hk, n_block);
+      if (n_iters > 0)
+        bwd_store_dk_dv<Element, kDH, kD>(args, si, b, hk, kr, c * kDH, lane, dk, dv);
+      bwd_dkv_turn_end<Cfg>(sem);
+      return;
+    }
+  }
   if (args.dk_accum != nullptr && n_iters == 0) return;
   bwd_store_dk_dv<Element, kDH, kD>(args, si, b, hk, kr, c * kDH, lane, dk, dv);
 }

@@ -76,6 +76,7 @@ struct BwdConfig {
   // Named barriers (0 is __syncthreads): both consumers' dS^T written; per consumer, its dQ
   // block written (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
+  static constexpr int kBarDet = kBarDQEmpty + kConsumers;  // the consumers (bwd_dkv_turn_*)
   static constexpr int kDQBarThreads = 128 + 32;
   // Consumer c's dQ block in the accumulator (bwd_dq_warp): kDQChunks boxes of 32 columns from
   // column dq_col(c), rows from the query block's row dq_row(c).
@@ -221,13 +222,29 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // once it is written (kBarDQFull + c), added into the fp32 accumulator with TMA reduce-adds
 // (Cfg::dq_col / dq_row: where it lands), its area handed back (kBarDQEmpty + c) once read;
 // the adds complete before the CTA ends. kAblate 1 (timing only) skips the adds.
-template <class Cfg, class MBlock>
-__device__ __forceinline__ void bwd_dq_warp(const BwdParams& p, const BwdMaps& maps,
-                                            uint32_t smem0, const SeqInfo& si, int b, int h,
-                                            int n_iters, int lane, MBlock m_block) {
+// kDet (deterministic=True): a query block's adds go in key-block order: this CTA (key block
+// n_block) waits until the block's semaphore counts the key blocks before it that see the
+// block (from mi.key_begin of its first row), adds, waits for the adds to complete and
+// counts itself (sm80's sem_wait / sem_release). The CTAs visit their query blocks from the
+// last down (bwd_m_block), so all key blocks of a query block reach it at the same step,
+// and each waits only on lower key blocks, dispatched before it.
+template <class Cfg, bool kDet = false, class MBlock>
+__device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const BwdMaps& maps,
+                                            uint32_t smem0, const SeqInfo& si, const MaskInfo& mi,
+                                            int b, int h, int n_block, int n_iters, int lane,
+                                            MBlock m_block) {
+  const BwdParams& p = args.p;
   const int tb = p.is_varlen ? 0 : b;
   for (int it = 0; it < n_iters; ++it) {
     const int m0 = m_block(it) * Cfg::kBM;
+    int* sem = nullptr;
+    if constexpr (kDet) {
+      sem = args.dq_sem + (int64_t(b) * p.nheads + h) * args.m_blocks + m_block(it);
+      if (lane == 0) {
+        sm80::bwd_detail::sem_wait(sem, n_block - mi.key_begin(m0) / Cfg::kBN);
+        fence_proxy_async_global();  // the reduce-adds (async proxy) after the acquire
+      }
+    }
 #pragma unroll
     for (int c = 0; c < Cfg::kConsumers; ++c) {
       __syncwarp();  // bar.sync is warp-aligned: lane 0 was alone just before
@@ -245,6 +262,13 @@ __device__ __forceinline__ void bwd_dq_warp(const BwdParams& p, const BwdMaps& m
           }
         }
         bulk_commit();
+      }
+    }
+    if constexpr (kDet) {  // complete (written, not only read), then this key block's turn ends
+      if (lane == 0) {
+        bulk_wait<0>();
+        fence_proxy_async_global();
+        sm80::bwd_detail::sem_release(sem);
       }
     }
     if (it + 1 < n_iters) {  // the consumers wait for these only before their next block
@@ -313,6 +337,34 @@ __device__ __forceinline__ void bwd_keep_bits_st(const DropoutRng& rng, int I0, 
   }
 }
 
+// Deterministic mode under GQA: one key block's dK / dV adds from the group's query heads go
+// in head order. The consumers (thread 128 waits, all of them at a named barrier) wait until
+// the block's semaphore counts the heads before this one, add, then count this head once every
+// consumer thread's adds are done (a fence each, the barrier, one release). Lower heads of a
+// key block are dispatched before it (bwd_block_coord's orders), so the waits end.
+template <class Cfg>
+__device__ __forceinline__ int* bwd_dkv_turn_wait(const sm80::BwdArgs& args, int b, int h,
+                                                  int hk, int n_block) {
+  int* sem = args.dkv_sem + (int64_t(b) * args.p.nheads_k + hk) * gridDim.x + n_block;
+  if (threadIdx.x == 128) sm80::bwd_detail::sem_wait(sem, h % args.group);
+  named_bar_sync(Cfg::kBarDet, Cfg::kConsumers * 128);
+  return sem;
+}
+template <class Cfg>
+__device__ __forceinline__ void bwd_dkv_turn_end(int* sem) {
+  __threadfence();
+  named_bar_sync(Cfg::kBarDet, Cfg::kConsumers * 128);
+  if (threadIdx.x == 128) sm80::bwd_detail::sem_release(sem);
+}
+
+// The query block of iteration it (the sm90 backward kernels): m_lo + it, from the last down in
+// deterministic mode (bwd_dq_warp), or the block-sparse list's entry.
+template <bool kDet, bool kSparse>
+__device__ __forceinline__ int bwd_m_block(int it, int m_lo, int n_iters, const int* list) {
+  if constexpr (kSparse) return list[1 + it];
+  return kDet ? m_lo + n_iters - 1 - it : m_lo + it;
+}
+
 // The score transform of the backward (Has_score_mod: softcap and / or ALiBi, as the sm80
 // backward computes them, tanh.approx): on S^T in log2 units, cap * tanh(S scale / cap) (its
 // derivative's factor 1 - tanh^2 kept for dS) minus the ALiBi slope times |i + shift - j|.
@@ -332,8 +384,9 @@ __device__ __forceinline__ BwdScoreMod bwd_score_mod(const BwdParams& p, int b, 
 // P^T = exp2(score(S^T) - lse2) in place on an m64nkN accumulator: element j * 4 + e is query
 // q0 + j * 8 + (lane % 4) * 2 + (e & 1) (its lse2 at lse_addr + 4 (j * 8 + (lane % 4) * 2 +
 // (e & 1))), key kr[e >> 1]. score: S^T scale_log2, or with Has_score_mod the transform above
-// (dth, kT = kN / 4: 1 - tanh^2 per element, fp16 pairs (e, e + 1); unused otherwise). masked: elements outside [qb, qe) of
-// their key are -inf first. kExp false (a timing ablation): min(x, 1), no exp2, no mask.
+// (dth, kT = kN / 4: 1 - tanh^2 per element, fp16 pairs (e, e + 1); unused otherwise).
+// masked: elements outside [qb, qe) of their key are -inf first. kExp false (a timing
+// ablation): min(x, 1), no exp2, no mask.
 template <int kN, bool Has_score_mod, bool kExp = true, int kT>
 __device__ __forceinline__ void bwd_probs_st(float (&st)[kN / 2], __half2 (&dth)[kT],
                                              uint32_t lse_addr, int q0, int lane,
@@ -414,8 +467,9 @@ __device__ __forceinline__ void bwd_dscores_st(float (&dpt)[kN / 2], const float
 // every role walks that list where it walks the query blocks up otherwise; a key block with
 // an empty list writes dK = dV = 0.
 // Has_score_mod: softcap and / or ALiBi (bwd_score_mod; calls without dropout or a block mask).
+// Is_det: deterministic=True (bwd_dq_warp's and bwd_dkv_turn_*'s orders; plain calls only).
 template <class Cfg, typename Element, bool Has_dropout = false, bool Is_sparse = false,
-          bool Has_score_mod = false>
+          bool Has_score_mod = false, bool Is_det = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
                     const __grid_constant__ BwdMaps maps, int sect, int list_cap) {
@@ -472,7 +526,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     __syncthreads();
   }
   // The query block of iteration it.
-  auto m_block = [&](int it) { return Is_sparse ? list[1 + it] : m_lo + it; };
+  auto m_block = [&](int it) { return bwd_m_block<Is_det, Is_sparse>(it, m_lo, n_iters, list); };
 
   if (wg == 0) {
     setmaxnreg_dec<24>();  // 24 + 2 x 240 = 3 x 168, the CTA's pool (more: the increase hangs)
@@ -481,7 +535,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       bwd_load_warp<Cfg>(p, maps, smem, smem0, kv_full, q_full, q_empty, si, b, h, hk, n0,
                          n_iters, lane, m_block);
     else
-      bwd_dq_warp<Cfg>(p, maps, smem0, si, b, h, n_iters, lane, m_block);
+      bwd_dq_warp<Cfg, Is_det>(args, maps, smem0, si, mi, b, h, n_block, n_iters, lane,
+                               m_block);
     return;
   }
 
@@ -632,6 +687,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // dK (scaled) and dV (nothing to add from a key block that saw no query block under GQA).
+  if constexpr (Is_det) {
+    if (args.dk_accum != nullptr) {  // GQA: in head order, a turn taken even with nothing to add
+      int* sem = bwd_dkv_turn_wait<Cfg>(args, b, h, hk, n_block);
+      if (n_iters > 0) bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
+      bwd_dkv_turn_end<Cfg>(sem);
+      return;
+    }
+  }
   if (args.dk_accum != nullptr && n_iters == 0) return;
   bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
 }

@@ -58,6 +58,7 @@ void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #ifndef FLASHATTN_DISABLE_DROPOUT
   if (p.dropout_threshold > 0) kernel = bwd_kernel_d256_sm90<Element, false, true>;
 #endif
+  if (p.deterministic) kernel = bwd_kernel_d256_sm90<Element, false, false, true>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Cfg::kSmem));
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(

@@ -55,6 +55,15 @@ inline int64_t bwd_sparse_smem_bytes(const BwdParams& p, int64_t cap) {
   return p.q_num_blocks != nullptr ? 4 * (cap + 1) : 0;
 }
 
+// The sm90 backward's deterministic variant (Is_det: bwd_dq_warp's and bwd_dkv_turn_*'s
+// orders; written 2026-12-04 after that session's device time, compiled, not yet run on a
+// GPU): off unless FLASHATTN_SM90_DET_BWD=1 (read per call), which sends deterministic
+// backwards to sm80.
+inline bool sm90_det_bwd_enabled() {
+  const char* env = std::getenv("FLASHATTN_SM90_DET_BWD");
+  return env != nullptr && env[0] == '1' && env[1] == '\0';
+}
+
 // Softcap and / or ALiBi: the kernels' Has_score_mod variant (bwd_score_mod).
 inline bool bwd_score_mod_call(const BwdParams& p) {
   return p.softcap > 0.f || p.alibi_slopes != nullptr;
@@ -75,7 +84,14 @@ inline const char* bwd_unsupported(const BwdParams& p, int kD) {
   if (!(p.softmax_scale > 0.f)) return "a scale <= 0 (not yet)";
   if (bwd_score_mod_call(p) && (p.dropout_threshold > 0 || p.q_num_blocks != nullptr))
     return "softcap or ALiBi with dropout or a block mask (not yet: the sm80 backward runs it)";
-  if (p.deterministic) return "deterministic (not yet)";
+  if (p.deterministic) {
+    if (!sm90_det_bwd_enabled())
+      return "deterministic=True (the sm90 backward's deterministic variant is off until a GPU "
+             "run verifies it; FLASHATTN_SM90_DET_BWD=1 turns it on)";
+    if (p.dropout_threshold > 0 || bwd_score_mod_call(p) || p.q_num_blocks != nullptr)
+      return "deterministic=True with dropout, softcap / ALiBi or a block mask (not yet: the "
+             "sm80 backward runs it)";
+  }
   if (!aligned_to(p.do_ptr, 16) ||
       !strides_ok(p.do_row_stride, p.do_head_stride, p.do_batch_stride, 8))
     return "dout not 16-byte aligned in base and strides (TMA)";
@@ -175,6 +191,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   auto kernel = bwd_kernel_sm90<Cfg, Element, false>;
 #endif
   if (bwd_score_mod_call(p)) kernel = bwd_kernel_sm90<Cfg, Element, false, false, true>;
+  if (p.deterministic) kernel = bwd_kernel_sm90<Cfg, Element, false, false, false, true>;
   // Block-sparse (bwd_sparse_unsupported took it): the list past the tiles.
   const int64_t list_cap = bwd_sparse_list_cap(p, Cfg::kBM);
   if (p.q_num_blocks != nullptr) {

@@ -121,6 +121,11 @@ __device__ __forceinline__ float exp2_fma(float x) {
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// Global memory between the generic and the async proxy (a TMA reduce-add ordered after an
+// acquire, or its completed writes before a release).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
 
 // ---- WGMMA shared-memory matrix descriptors, 128-byte swizzle (the TMA SWIZZLE_128B layout:
 // rows of 128 bytes, 8-row atoms of 1024 bytes, atoms 1024-byte aligned) ----
