@@ -224,7 +224,7 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // the adds complete before the CTA ends. kAblate 1 (timing only) skips the adds.
 // kDet (deterministic=True): a query block's adds go in key-block order: this CTA (key block
 // n_block) waits until the block's semaphore counts the key blocks before it that see the
-// block (from mi.key_begin of its first row), adds, waits for the adds to complete and
+// block (from mi.key_begin of its first row that sees a key), adds, waits for the adds to complete and
 // counts itself (sm80's sem_wait / sem_release). The CTAs visit their query blocks from the
 // last down (bwd_m_block), so all key blocks of a query block reach it at the same step,
 // and each waits only on lower key blocks, dispatched before it.
@@ -240,8 +240,12 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
     int* sem = nullptr;
     if constexpr (kDet) {
       sem = args.dq_sem + (int64_t(b) * p.nheads + h) * args.m_blocks + m_block(it);
+      // The block's first key block: that of its first row that sees a key (rows above
+      // -shift - window_right see none; their key_begin, clamped to 0, would count blocks
+      // that never visit the block, and the wait would never end).
+      const int r = mi.window_right >= 0 ? max(m0, -mi.shift() - mi.window_right) : m0;
       if (lane == 0) {
-        sm80::bwd_detail::sem_wait(sem, n_block - mi.key_begin(m0) / Cfg::kBN);
+        sm80::bwd_detail::sem_wait(sem, n_block - mi.key_begin(r) / Cfg::kBN);
         fence_proxy_async_global();  // the reduce-adds (async proxy) after the acquire
       }
     }
