@@ -39,9 +39,11 @@ struct BwdMaps {
   CUtensorMap dq;             // the fp32 dQ accumulator, boxes of 32 columns x 64 rows
 };
 
-// kAblate (timing only, never correct): 1 = warp 1 skips the dQ reduce-adds (the handshakes
-// stay), pricing the global dQ traffic; 2 = P^T = min(S^T scale - lse, 1) (no exp2, no mask
-// pass), pricing the softmax side's MUFU work.
+// kAblate (the self-test's variants; 0 in the package): 1 = warp 1 skips the dQ reduce-adds
+// (the handshakes stay), pricing the global dQ traffic; 2 = P^T = min(S^T scale - lse, 1) (no
+// exp2, no mask pass), pricing the softmax side's MUFU work (both timing only, never correct);
+// 3 = the dQ staging without bwd_stage_dq's bank-conflict permutation, 4 = dV after dS^T at
+// d128 too (FA3's order): both correct, for A/Bs.
 template <int kD_, int kBM_, int kAblate_ = 0>
 struct BwdConfig {
   static constexpr int kD = kD_, kBM = kBM_, kAblate = kAblate_;
@@ -54,7 +56,7 @@ struct BwdConfig {
   // dV's MMA issued before dP^T's wait, so the exps (which ptxas otherwise sinks past that
   // wait) run under dP^T's MMA and dV's under the dS^T math; at kBM = 128 the fp32 P^T, dP^T
   // and packed P^T together spill (48 bytes), so there dV follows dS^T.
-  static constexpr bool kDvEarly = kBM == 64;
+  static constexpr bool kDvEarly = kBM == 64 && kAblate != 4;
   static_assert(kConsumers == 2, "two dQ blocks per query block, one per consumer");
   // Shared memory (byte offsets; all but the stats 1024-aligned): K, V (kBN x kD), the Q and
   // dO stages (kBM x kD), all in 64-column chunks of 128-byte swizzled rows; two dS^T buffers
@@ -293,11 +295,12 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
 // a half-warp (rows g = lane / 4 of 0-3) would fill only 4 of a row's 8 units, each twice
 // (16 banks, two wavefronts an STS.64); lanes of odd g store block j ^ 2 at step j instead
 // (the same chunk, the other 4 units), so every half-warp store covers the 32 banks once.
-template <int kCols, int kChunk>
+// kSwap false: the plain order (the self-test's A/B, BwdConfig kAblate 3).
+template <int kCols, int kChunk, bool kSwap = true>
 __device__ __forceinline__ void bwd_stage_dq(uint32_t dq_smem, const float (&dq)[kCols / 2],
                                              int warp, int lane) {
   const int g = lane / 4;
-  const bool odd = g & 1;
+  const bool odd = kSwap && (g & 1);
 #pragma unroll
   for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
@@ -681,7 +684,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_wait<1>();  // dV and dQ done; dK may still run
     wgmma_fence_operands(dq);
     if (it > 0) named_bar_sync(Cfg::kBarDQEmpty + c, Cfg::kDQBarThreads);  // last block read
-    bwd_stage_dq<64, Cfg::kDQChunk>(dq_smem, dq, warp, lane);  // the dQ block, for warp 1
+    bwd_stage_dq<64, Cfg::kDQChunk, Cfg::kAblate != 3>(dq_smem, dq, warp, lane);  // for warp 1
     fence_async_shared();
     named_bar_arrive(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
     wgmma_wait<0>();

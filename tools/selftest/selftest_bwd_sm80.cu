@@ -141,6 +141,10 @@ template <int kD>
 using Sm90NoDqAdd = sm90::BwdConfig<kD, sm90::BwdConfigFor<kD>::kBM, 1>;
 template <int kD>
 using Sm90NoExp = sm90::BwdConfig<kD, sm90::BwdConfigFor<kD>::kBM, 2>;
+template <int kD>
+using Sm90NoSwap = sm90::BwdConfig<kD, sm90::BwdConfigFor<kD>::kBM, 3>;
+template <int kD>
+using Sm90DvLate = sm90::BwdConfig<kD, sm90::BwdConfigFor<kD>::kBM, 4>;
 struct Sm90Variant {
   const char* name;
   void (*run)(const BwdParams&);
@@ -150,6 +154,9 @@ static const Sm90Variant kSm90Variants[] = {
     {"sm90      ", run_sm90<sm90::BwdConfigFor>, true},
     {"sm90 noDQ ", run_sm90<Sm90NoDqAdd>, false},  // no dQ reduce-adds: prices the dQ traffic
     {"sm90 noEXP", run_sm90<Sm90NoExp>, false},    // P = S, no mask: prices the softmax side
+    // Correct variants for A/Bs: the dQ staging's old (bank-conflicting) order; dV after dS^T.
+    {"sm90 noSWP", run_sm90<Sm90NoSwap>, true},
+    {"sm90 dvLat", run_sm90<Sm90DvLate>, true},
     // The candidate in the per-pair launch order (the same launch unless causal: timed causal).
     {"sm90 perhd", run_sm90<sm90::BwdConfigFor, sm90::BwdOrder::kPerHead>, false},
 };
@@ -498,7 +505,8 @@ int main(int argc, char** argv) {
     if (do_bench) {
       std::printf("bench rows: sm90 (the package's), sm90 noDQ (the candidate without "
                   "its dQ reduce-adds: timing only), sm90 noEXP (no exp2 / mask: timing only), sm90 "
-                  "perhd (causal: the candidate in the per-head launch order), sm80\n");
+                  "noSWP (the dQ staging in its old, bank-conflicting order), sm90 dvLat (dV after "
+                  "dS^T), sm90 perhd (causal: the candidate in the per-head launch order), sm80\n");
       for (int d : {64, 128, 256})
         for (int N : {2048, 8192, 16384})
           for (bool causal : {false, true}) {
