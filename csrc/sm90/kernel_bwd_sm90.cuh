@@ -30,6 +30,7 @@
 #include "../common/params.h"
 #include "../common/seqlen.h"
 #include "../sm80/kernel_bwd_aux_sm80.cuh"
+#include "bwd_layout_sm90.h"
 #include "primitives_bwd_sm90.cuh"
 
 namespace flashattn::sm90 {
@@ -289,27 +290,20 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
   if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
 }
 
-// A consumer's dQ block (an m64nkCols fp32 accumulator: rows warp * 16 + lane / 4 + 8 r, n8
-// block j's columns j * 8 + (lane % 4) * 2, + 1) into the reduce's staging layout: 32-column
-// chunks of kChunk bytes, 128-byte rows, 16-byte unit XOR row % 8. For one j the 16 lanes of
-// a half-warp (rows g = lane / 4 of 0-3) would fill only 4 of a row's 8 units, each twice
-// (16 banks, two wavefronts an STS.64); lanes of odd g store block j ^ 2 at step j instead
-// (the same chunk, the other 4 units), so every half-warp store covers the 32 banks once.
-// kSwap false: the plain order (the self-test's A/B, BwdConfig kAblate 3).
+// A consumer's dQ block (an m64nkCols fp32 accumulator) into the reduce's staging layout,
+// kChunk bytes a 32-column chunk, in bwd_layout_sm90.h's bank-conflict-free order
+// (dq_stage_slot; kSwap false: the plain order, the self-test's A/B, BwdConfig kAblate 3).
 template <int kCols, int kChunk, bool kSwap = true>
 __device__ __forceinline__ void bwd_stage_dq(uint32_t dq_smem, const float (&dq)[kCols / 2],
                                              int warp, int lane) {
-  const int g = lane / 4;
-  const bool odd = kSwap && (g & 1);
+  const bool odd = kSwap && ((lane / 4) & 1);
 #pragma unroll
   for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int js = odd ? j ^ 2 : j;
-      const int row = warp * 16 + g + 8 * r;
-      const int unit = (js % 4) * 2 + (lane % 4) / 2;
-      const uint32_t off = (j / 4) * kChunk + row * 128 + ((unit ^ g) * 16) + (lane % 2) * 8;
-      sts_f32x2(dq_smem + off, odd ? dq[(j ^ 2) * 4 + 2 * r] : dq[j * 4 + 2 * r],
+      const DqStageSlot slot = dq_stage_slot(j, r, warp, lane, kChunk, kSwap);
+      // the pair of block slot.block (j ^ 2 or j) from static registers: selects, not indexing
+      sts_f32x2(dq_smem + slot.offset, odd ? dq[(j ^ 2) * 4 + 2 * r] : dq[j * 4 + 2 * r],
                 odd ? dq[(j ^ 2) * 4 + 2 * r + 1] : dq[j * 4 + 2 * r + 1]);
     }
 }
