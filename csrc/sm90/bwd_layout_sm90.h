@@ -1,9 +1,11 @@
-// Index math of the Hopper backward's shared-memory stages that the host can check
-// (tools/check_bwd_dq_stage.cpp, tests/test_bwd_order.py): where a consumer thread stores its
-// dQ block for the TMA reduce-add (kernel_bwd_sm90.cuh, bwd_stage_dq).
+// Index math of the Hopper backward that the host can check (tools/check_bwd_dq_stage.cpp,
+// tests/test_bwd_order.py): where a consumer thread stores its dQ block for the TMA reduce-add
+// (kernel_bwd_sm90.cuh, bwd_stage_dq), which query blocks a key block's CTA visits, and the
+// deterministic mode's turn of a key block at a query block (bwd_dq_warp).
 #pragma once
 #include <cstdint>
 
+#include "../common/mask.h"
 #include "../common/seqlen.h"  // FLASHATTN_HOST_DEVICE
 
 namespace flashattn::sm90 {
@@ -26,6 +28,30 @@ FLASHATTN_HOST_DEVICE DqStageSlot dq_stage_slot(int j, int r, int warp, int lane
   const int unit = (js % 4) * 2 + (lane % 4) / 2;
   return DqStageSlot{js, static_cast<uint32_t>((js / 4) * chunk_bytes + row * 128 +
                                                ((unit ^ g) * 16) + (lane % 2) * 8)};
+}
+
+// The query blocks (of block_m rows) key block n_block (of block_n keys, n0 < seqlen_k) visits:
+// [m_lo, m_lo + count), the blocks holding a query that sees one of its keys (one interval).
+struct QueryBlockRange {
+  int m_lo, count;
+};
+FLASHATTN_HOST_DEVICE QueryBlockRange bwd_query_blocks(const MaskInfo& mi, int n_block,
+                                                       int block_m, int block_n) {
+  const int n0 = n_block * block_n;
+  const int n_last = (n0 + block_n < mi.seqlen_k ? n0 + block_n : mi.seqlen_k) - 1;
+  const int q_lo = mi.query_begin(n0), q_hi = mi.query_end(n_last);
+  const int m_lo = q_lo / block_m;
+  return QueryBlockRange{m_lo, q_hi > q_lo ? (q_hi + block_m - 1) / block_m - m_lo : 0};
+}
+
+// Deterministic mode: key block n_block's turn among the key blocks that visit query block m
+// (first row m0): n_block minus the block's first key block, that of its first row that sees a
+// key (rows above -shift - window_right see none; their key_begin, clamped to 0, would count
+// key blocks that never visit the block).
+FLASHATTN_HOST_DEVICE int bwd_det_turn(const MaskInfo& mi, int m0, int n_block, int block_n) {
+  int r = m0;
+  if (mi.window_right >= 0 && r < -mi.shift() - mi.window_right) r = -mi.shift() - mi.window_right;
+  return n_block - mi.key_begin(r) / block_n;
 }
 
 }  // namespace flashattn::sm90

@@ -98,10 +98,8 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
   if (n0 >= si.seqlen_k) return;  // varlen: past this sequence (the whole CTA leaves)
   const MaskInfo mi{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right,
                     pos_shift_of(p, b)};
-  const int n_last = min(n0 + kBN, si.seqlen_k) - 1;
-  const int q_lo = mi.query_begin(n0), q_hi = mi.query_end(n_last);
-  const int m_lo = q_lo / kBM;
-  const int n_iters = q_hi > q_lo ? (q_hi + kBM - 1) / kBM - m_lo : 0;
+  const QueryBlockRange qr = bwd_query_blocks(mi, n_block, kBM, kBN);  // bwd_layout_sm90.h
+  const int m_lo = qr.m_lo, n_iters = qr.count;
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   if (threadIdx.x == 0) {

@@ -227,7 +227,7 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // the adds complete before the CTA ends. kAblate 1 (timing only) skips the adds.
 // kDet (deterministic=True): a query block's adds go in key-block order: this CTA (key block
 // n_block) waits until the block's semaphore counts the key blocks before it that see the
-// block (from mi.key_begin of its first row that sees a key), adds, waits for the adds to complete and
+// block (bwd_det_turn, bwd_layout_sm90.h), adds, waits for the adds to complete and
 // counts itself (sm80's sem_wait / sem_release). The CTAs visit their query blocks from the
 // last down (bwd_m_block), so all key blocks of a query block reach it at the same step,
 // and each waits only on lower key blocks, dispatched before it.
@@ -243,12 +243,8 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
     int* sem = nullptr;
     if constexpr (kDet) {
       sem = args.dq_sem + (int64_t(b) * p.nheads + h) * args.m_blocks + m_block(it);
-      // The block's first key block: that of its first row that sees a key (rows above
-      // -shift - window_right see none; their key_begin, clamped to 0, would count blocks
-      // that never visit the block, and the wait would never end).
-      const int r = mi.window_right >= 0 ? max(m0, -mi.shift() - mi.window_right) : m0;
       if (lane == 0) {
-        sm80::bwd_detail::sem_wait(sem, n_block - mi.key_begin(r) / Cfg::kBN);
+        sm80::bwd_detail::sem_wait(sem, bwd_det_turn(mi, m0, n_block, Cfg::kBN));
         fence_proxy_async_global();  // the reduce-adds (async proxy) after the acquire
       }
     }
@@ -495,11 +491,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (n0 >= si.seqlen_k) return;  // varlen: past this sequence (the whole CTA leaves)
   const MaskInfo mi{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right,
                     pos_shift_of(p, b)};
-  // Queries that see some key of the block: one interval (both ends grow with the key).
-  const int n_last = min(n0 + kBN, si.seqlen_k) - 1;
-  const int q_lo = mi.query_begin(n0), q_hi = mi.query_end(n_last);
-  const int m_lo = q_lo / kBM;
-  int n_iters = q_hi > q_lo ? (q_hi + kBM - 1) / kBM - m_lo : 0;
+  // The query blocks with a query that sees some key of the block (bwd_layout_sm90.h).
+  const QueryBlockRange qr = bwd_query_blocks(mi, n_block, kBM, kBN);
+  const int m_lo = qr.m_lo;
+  int n_iters = qr.count;
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   if (threadIdx.x == 0) {
