@@ -11,7 +11,8 @@ longer self-attention computed with offsets equals that block's rows of the full
 offsets equal none bit for bit; argument errors; opcheck. On CUDA the main kernels take the
 offsets in their mask and ALiBi; with dropout the cases check that the call raises "dropout
 with position offsets on CUDA is not built yet (issue 17)" instead (deterministic=True raises
-likewise).
+likewise on sm80; the padded cases' "det" variants run deterministic=True, on Hopper through the
+sm90 backward's deterministic variant under FLASHATTN_SM90_DET_BWD=1).
 """
 import pytest
 import torch
@@ -65,10 +66,26 @@ def _dt(device):
     return torch.float32 if device == "cpu" else torch.bfloat16
 
 
+def _sm90_det(device, det, d, p, softcap, alibi, monkeypatch):
+    """det: deterministic=True (the CPU always is). On CUDA only the sm90 backward's
+    deterministic variant takes offsets: on Hopper, FLASHATTN_SM90_DET_BWD=1 (set here), its
+    buckets (64, 128, 256), no dropout, softcap or ALiBi; other CUDA cases skip."""
+    if not det or device != "cuda":
+        return
+    bucket_ok = 32 < d <= 64 or 96 < d <= 128 or 192 < d <= 256
+    if p or softcap or alibi or not bucket_ok or not (
+            torch.cuda.get_device_capability() == (9, 0)
+            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
+        pytest.skip("deterministic with offsets on CUDA: the sm90 backward's plain calls only")
+    monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+
+
+@pytest.mark.parametrize("det", [False, True], ids=["", "det"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", PADDED, ids=lambda c: f"{c[0]}x{c[1]}")
-def test_padded_matches_reference(device, case):
+def test_padded_matches_reference(device, case, det, monkeypatch):
     sq, sk, (H, Hk), d, causal, window, alibi, p, softcap, sink, offsets = case
+    _sm90_det(device, det, d, p, softcap, alibi, monkeypatch)
     B = len(offsets)
     q, k, v = (rand([B, n, h, d], _dt(device), device) for n, h in ((sq, H), (sk, Hk), (sk, Hk)))
     dout = rand([B, sq, H, d], _dt(device), device)
@@ -82,9 +99,10 @@ def test_padded_matches_reference(device, case):
         [s.clone().requires_grad_()] if sink else [])
 
     def call():
-        return ops.fwd(*leaves[:3], d ** -0.5, causal, wl, wr, softcap, slopes, dropout_p=p,
-                       rng_state=rng if p else None, learnable_sink=leaves[3] if sink else None,
-                       q_pos_offset=qo, k_pos_offset=ko)
+        return ops.fwd(*leaves[:3], d ** -0.5, causal, wl, wr, softcap, slopes, deterministic=det,
+                       dropout_p=p, rng_state=rng if p else None,
+                       learnable_sink=leaves[3] if sink else None, q_pos_offset=qo,
+                       k_pos_offset=ko)
     if _cuda_dropout_raises(device, p, call):
         return
     out, lse = call()

@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int failures = 0;
   for (int c = 0; c < cases; ++c) {
-    MaskInfo mi{uni(1, 1500), uni(1, 1500), -1, -1, 0};
+    // Position offsets (ring attention's chunks) shift the diagonal: pos_shift in some cases.
+    MaskInfo mi{uni(1, 1500), uni(1, 1500), -1, -1, uni(0, 2) ? 0 : uni(-2000, 2000)};
     switch (uni(0, 3)) {
       case 0: break;                                                        // none
       case 1: mi.window_right = 0; break;                                   // causal
@@ -82,9 +83,9 @@ int main(int argc, char** argv) {
     for (int resident : {1, 2, 7, 1 << 20}) {
       const int bad = check_case(mi, t[0], t[1], resident);
       if (bad) {
-        std::printf("case sq %d sk %d window (%d, %d) tile %dx%d resident %d: %d bad%s\n",
-                    mi.seqlen_q, mi.seqlen_k, mi.window_left, mi.window_right, t[0], t[1],
-                    resident, bad, bad >= 1000 ? " (deadlock)" : "");
+        std::printf("case sq %d sk %d window (%d, %d) shift %d tile %dx%d resident %d: %d "
+                    "bad%s\n", mi.seqlen_q, mi.seqlen_k, mi.window_left, mi.window_right,
+                    mi.pos_shift, t[0], t[1], resident, bad, bad >= 1000 ? " (deadlock)" : "");
         ++failures;
       }
     }

@@ -186,16 +186,17 @@ inline Backend choose_fwd_kvcache(const FwdParams& p) {
 inline Backend choose_bwd(const BwdParams& p) {
   const Force force = forced_backend();  // a bad value raises here too
   check_cuda_has_features(p);
-  if (p.deterministic && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr))
-    fail("deterministic=True with position offsets on CUDA is not built yet (issue 17): the "
-         "deterministic backward's order of the dQ adds follows the mask without them; it runs "
-         "on CPU tensors");
+  // The sm90 deterministic variant's order takes the offsets (bwd_det_turn's shift); sm80's
+  // does not (below).
+  const bool det_offsets =
+      p.deterministic && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr);
 #ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
   if (p.q_num_blocks != nullptr) fail_no_block_sparse_build();
 #endif
 #ifdef FLASHATTN_DISABLE_BACKWARD
   (void)p;
   (void)force;
+  (void)det_offsets;
   fail("the backward on CUDA tensors needs the CUDA backward kernels, but this build has none "
        "(FLASHATTN_DISABLE_BACKWARD)");
 #else
@@ -205,6 +206,11 @@ inline Backend choose_bwd(const BwdParams& p) {
   (void)p;
   (void)force;
 #endif
+  if (det_offsets)
+    fail("deterministic=True with position offsets on CUDA is not built yet (issue 17) for "
+         "this call: the sm80 deterministic backward's order of the dQ adds follows the mask "
+         "without them (the sm90 backward's deterministic variant takes them, on Hopper under "
+         "FLASHATTN_SM90_DET_BWD=1); it runs on CPU tensors");
   return sm80_or_fail("the backward");
 #endif
 }
