@@ -69,6 +69,19 @@ def skip_if_no_kernel(device, dtype, d, dv=None, backward=True):
         pytest.skip(reason)
 
 
+def sm90_kernels_here():
+    """Whether the sm90 kernels can run: a compute capability 9.0 GPU and an sm_90a build."""
+    import flashattn
+
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", []))
+
+
+def skip_unless_sm90():
+    if not sm90_kernels_here():
+        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+
+
 # --------------------------------------------------------------------------------------
 # Wrong-metadata cases, run in a subprocess so that a crash fails the test instead of killing
 # pytest (CUDA_LAUNCH_BLOCKING surfaces an illegal access at its kernel).

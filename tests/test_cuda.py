@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import flashattn
-from helpers import HEADS, assert_close, kernel_skip_reason
+from helpers import HEADS, assert_close, kernel_skip_reason, skip_unless_sm90
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -182,9 +182,7 @@ def test_deterministic_sm90(hd, sl, causal, window, heads, monkeypatch):
     to be sm90, then against the reference and bitwise over two runs (skipped off Hopper)."""
     from test_attention import run_case, window_for
 
-    if not (torch.cuda.get_device_capability() == (9, 0)
-            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
-        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+    skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
     H, Hk = HEADS[heads]
     q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
@@ -329,9 +327,7 @@ def test_sm90_tma_epilogue(d, sq, sk, causal, B, H, Hk, dtype, extra, monkeypatc
     as the register stores do (FLASHATTN_SM90_TMA_O=0), which the accuracy tests check
     against the float64 reference: partial tiles, clipped columns, several batches (a box past
     a sequence's rows would land in the next one's), rows without keys, dropout, sinks."""
-    if not (torch.cuda.get_device_capability() == (9, 0)
-            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
-        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+    skip_unless_sm90()
     extra = dict(extra)
     q = torch.randn(B, sq, H, d, device="cuda", dtype=dtype)
     k = torch.randn(B, sk, Hk, d, device="cuda", dtype=dtype)

@@ -17,7 +17,8 @@ import torch
 
 import flashattn
 from helpers import (DEVICES, DTYPES, HEADS, alibi_slopes, assert_close, case_id, check_results,
-                     covering_set, cuda_case_params, dtypes_for, rand, skip_if_no_kernel)
+                     covering_set, cuda_case_params, dtypes_for, rand, skip_if_no_kernel,
+                     skip_unless_sm90)
 from reference import (attn_probs_ref, dropout_keep_ref, dropout_scale_ref, dropout_threshold_ref,
                        philox4x32_10_ref, ref_and_lowp_ext, visible_mask)
 
@@ -217,9 +218,7 @@ def test_dropout_sm90_backward_d256(device, c, seed, monkeypatch):
     FLASHATTN_SM90_DROPOUT_BWD_D256=1 is set here), on the sm90 forward: the checks of
     test_dropout, with the op's own choice asserted to be the sm90 backward (skipped off
     Hopper)."""
-    if not (torch.cuda.get_device_capability() == (9, 0)
-            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
-        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+    skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_DROPOUT_BWD_D256", "1")
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
     run_case(device, c, seed, bwd_path="sm90")
@@ -230,9 +229,7 @@ def test_dropout_sm90_backward(device, c, seed, monkeypatch):
     """The sm90 dropout backward (the default on Hopper; FLASHATTN_SM90_DROPOUT_BWD=0 turns it
     off, =1 is set here), on the sm90 forward: the checks of test_dropout, with the
     op's own choice asserted to be the sm90 backward (skipped off Hopper)."""
-    if not (torch.cuda.get_device_capability() == (9, 0)
-            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
-        pytest.skip("the sm90 kernels need a compute capability 9.0 GPU and an sm_90a build")
+    skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_DROPOUT_BWD", "1")
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
     run_case(device, c, seed, bwd_path="sm90")

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import flashattn  # noqa: F401  (registers the ops)
-from helpers import DEVICES, alibi_slopes, assert_close, check_results, rand
+from helpers import (DEVICES, alibi_slopes, assert_close, check_results, rand,
+                     sm90_kernels_here)
 from reference import dropout_keep_ref, dropout_scale_ref, ref_and_lowp_ext
 
 ops = torch.ops.flashattn
@@ -73,9 +74,7 @@ def _sm90_det(device, det, d, p, softcap, alibi, monkeypatch):
     if not det or device != "cuda":
         return
     bucket_ok = 32 < d <= 64 or 96 < d <= 128 or 192 < d <= 256
-    if p or softcap or alibi or not bucket_ok or not (
-            torch.cuda.get_device_capability() == (9, 0)
-            and "sm_90a" in flashattn.BUILD_CONFIG.get("cuda_archs", [])):
+    if p or softcap or alibi or not bucket_ok or not sm90_kernels_here():
         pytest.skip("deterministic with offsets on CUDA: the sm90 backward's plain calls only")
     monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
 

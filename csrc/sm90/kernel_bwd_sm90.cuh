@@ -292,13 +292,15 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
 template <int kCols, int kChunk, bool kSwap = true>
 __device__ __forceinline__ void bwd_stage_dq(uint32_t dq_smem, const float (&dq)[kCols / 2],
                                              int warp, int lane) {
+  // dq_stage_slot's swapped lanes (its block is j ^ 2 there), tested once: per-step compares
+  // of slot.block cost 32 more instructions.
   const bool odd = kSwap && ((lane / 4) & 1);
 #pragma unroll
   for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const DqStageSlot slot = dq_stage_slot(j, r, warp, lane, kChunk, kSwap);
-      // the pair of block slot.block (j ^ 2 or j) from static registers: selects, not indexing
+      // The pair of block slot.block from static registers: selects, not indexing.
       sts_f32x2(dq_smem + slot.offset, odd ? dq[(j ^ 2) * 4 + 2 * r] : dq[j * 4 + 2 * r],
                 odd ? dq[(j ^ 2) * 4 + 2 * r + 1] : dq[j * 4 + 2 * r + 1]);
     }
@@ -586,7 +588,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t zbits[(kBM / 2 + 31) / 32];
     if constexpr (Has_dropout) bwd_keep_bits_st<kBM>(rng, m0 >> 4, (n0 + c * 64 + warp * 16) >> 4,
                                                      lane, zbits);
-    auto z = [&](int i) { return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f; };
+    auto z = [&](int i) {  // element i's dropout factor (1 without dropout)
+      if constexpr (Has_dropout) return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f;
+      return 1.f;
+    };
     mbar_wait(q_full + stage, (it / kStages) & 1);
     float st[kBM / 2], dpt[kBM / 2];
     // acc = A B^T over kD, both K-major: A this warpgroup's 64 keys, B the kBM queries.
@@ -618,8 +623,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int i = 8 * kk + 2 * q;
-          ap[kk][q] = Has_dropout ? pack_x2<Element>(st[i] * z(i), st[i + 1] * z(i + 1))
-                                  : pack_x2<Element>(st[i], st[i + 1]);
+          ap[kk][q] = pack_x2<Element>(st[i] * z(i), st[i + 1] * z(i + 1));  // P^T Z scale
         }
       wgmma_fence();
 #pragma unroll
@@ -634,8 +638,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_wait<0>();
     }
     wgmma_fence_operands(dpt);
-    bwd_dscores_st<kBM, Has_score_mod>(dpt, st, dth, stat + kBM * 4, lane, smod.has_cap,
-                                       [&](int i) { return Has_dropout ? z(i) : 1.f; });
+    bwd_dscores_st<kBM, Has_score_mod>(dpt, st, dth, stat + kBM * 4, lane, smod.has_cap, z);
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk)
 #pragma unroll

@@ -20,8 +20,7 @@ inline bool sm90_dropout_bwd_d256_enabled() {
 #ifdef FLASHATTN_DISABLE_DROPOUT
   return false;
 #else
-  const char* env = std::getenv("FLASHATTN_SM90_DROPOUT_BWD_D256");
-  return env != nullptr && env[0] == '1' && env[1] == '\0';
+  return env_is("FLASHATTN_SM90_DROPOUT_BWD_D256", '1');
 #endif
 }
 

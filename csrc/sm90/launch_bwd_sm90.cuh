@@ -24,8 +24,7 @@ inline bool sm90_dropout_bwd_enabled() {
 #ifdef FLASHATTN_DISABLE_DROPOUT
   return false;
 #else
-  const char* env = std::getenv("FLASHATTN_SM90_DROPOUT_BWD");
-  return !(env != nullptr && env[0] == '0' && env[1] == '\0');
+  return !env_is("FLASHATTN_SM90_DROPOUT_BWD", '0');
 #endif
 }
 
@@ -59,10 +58,7 @@ inline int64_t bwd_sparse_smem_bytes(const BwdParams& p, int64_t cap) {
 // orders; written 2026-12-04 after that session's device time, compiled, not yet run on a
 // GPU): off unless FLASHATTN_SM90_DET_BWD=1 (read per call), which sends deterministic
 // backwards to sm80.
-inline bool sm90_det_bwd_enabled() {
-  const char* env = std::getenv("FLASHATTN_SM90_DET_BWD");
-  return env != nullptr && env[0] == '1' && env[1] == '\0';
-}
+inline bool sm90_det_bwd_enabled() { return env_is("FLASHATTN_SM90_DET_BWD", '1'); }
 
 // Softcap and / or ALiBi: the kernels' Has_score_mod variant (bwd_score_mod).
 inline bool bwd_score_mod_call(const BwdParams& p) {
@@ -244,12 +240,12 @@ template <int kD, int kDv, typename Element>
 void run_bwd_hdim(const BwdParams& p, cudaStream_t stream) {
   static_assert(kD == kDv, "qk and v head dims share the bucket");
   using Tile = typename sm80::BwdTileFor<kD>::type;
-  if constexpr (kD == BwdConfigD256::kD)
-    sm80::run_bwd_tile<Tile, Element, false>(p, stream, sm80::bwd_workspace_layout(p, kD), false,
-                                             &bwd_main_launch_d256<Element>);
-  else
-    sm80::run_bwd_tile<Tile, Element, false>(p, stream, sm80::bwd_workspace_layout(p, kD), false,
-                                             &bwd_main_launch<BwdConfigFor<kD>, Element>);
+  constexpr auto main_launch = [] {  // the d 256 kernel at its bucket, bwd_kernel_sm90 below
+    if constexpr (kD == BwdConfigD256::kD) return &bwd_main_launch_d256<Element>;
+    else return &bwd_main_launch<BwdConfigFor<kD>, Element>;
+  }();
+  sm80::run_bwd_tile<Tile, Element, false>(p, stream, sm80::bwd_workspace_layout(p, kD), false,
+                                           main_launch);
 }
 
 }  // namespace flashattn::sm90

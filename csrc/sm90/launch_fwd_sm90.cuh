@@ -71,27 +71,25 @@ inline bool strides_ok(int64_t a, int64_t b, int64_t c, int64_t m) {
 // sm80, or raises this reason under FLASHATTN_FORCE_BACKEND=sm90. Windows come as the API
 // passes them (a side >= seqlen_k as -1). Device checks (compute capability 9.0, shared
 // memory, head dims built) are the caller's: dispatch_fwd_sm90.cu.
+// The FLASHATTN_SM90_* switches below (read per call, so tests can flip them): whether the
+// variable `name` is exactly the one character v.
+inline bool env_is(const char* name, char v) {
+  const char* env = std::getenv(name);
+  return env != nullptr && env[0] == v && env[1] == '\0';
+}
+
 // The sm90 dropout forward: on (its forced-sm90 tests passed on the H200, 2026-12-02, fourth
 // session); FLASHATTN_SM90_DROPOUT=0 sends dropout calls to the sm80 kernels (read per call).
-inline bool sm90_dropout_enabled() {
-  const char* env = std::getenv("FLASHATTN_SM90_DROPOUT");
-  return !(env != nullptr && env[0] == '0' && env[1] == '\0');
-}
+inline bool sm90_dropout_enabled() { return !env_is("FLASHATTN_SM90_DROPOUT", '0'); }
 
 // The epilogue's TMA store of O (kernel_fwd_sm90.cuh, kTmaO; written 2026-12-04): on;
 // FLASHATTN_SM90_TMA_O=0 stores O from registers instead (read per call, for the A/B).
-inline bool sm90_tma_o_enabled() {
-  const char* env = std::getenv("FLASHATTN_SM90_TMA_O");
-  return !(env != nullptr && env[0] == '0' && env[1] == '\0');
-}
+inline bool sm90_tma_o_enabled() { return !env_is("FLASHATTN_SM90_TMA_O", '0'); }
 
 // The short local tile (tile_fwd_sm90.h's fwd_tile_short_local): on since its tests passed on
 // the H200 and it timed +10% / +13% at d 64 causal 512 / 1k (2026-12-04, e001a1e);
 // FLASHATTN_SM90_SHORT_LOCAL=0 turns it off (read per call, for the A/B).
-inline bool sm90_short_local_enabled() {
-  const char* env = std::getenv("FLASHATTN_SM90_SHORT_LOCAL");
-  return !(env != nullptr && env[0] == '0' && env[1] == '\0');
-}
+inline bool sm90_short_local_enabled() { return !env_is("FLASHATTN_SM90_SHORT_LOCAL", '0'); }
 
 // The tile of a block-sparse call (run_fwd_hdim; block_m 0: none).
 inline FwdTile fwd_sparse_tile_of_call(const FwdParams& p) {
