@@ -30,8 +30,7 @@ test_kvcache (flash_attn_with_kvcache and paged KV against the reference), test_
 (its wrong metadata, argument errors, compile, opcheck), test_cuda (CUDA-only extras),
 test_dropout and test_sinks (issue 15: dropout, attention sinks), test_block_sparse (issue 16:
 block-sparse attention, CPU and the sm80 kernels), test_fp8 (issue 14: the
-FP8 forward against the emulation of tests/reference.py, CPU; CUDA raises "the sm90 FP8 kernel
-is not built yet (issue 14)"), test_build_flags (FLASHATTN_DISABLE_* plumbing),
+FP8 forward against the emulation of tests/reference.py, CPU and the sm90 kernel), test_build_flags (FLASHATTN_DISABLE_* plumbing),
 test_bench_fp8 (bench_attn.py --dtype fp8), test_backend (the backend
 choice, the sm90 forward, these rules), test_build_archs (setup's arch-list rules), test_bench_* (the benchmark).
 """
@@ -109,13 +108,9 @@ FORCED_SM90_MARK = "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not 
 # offsets; csrc/api/backend_choice.h). Such a case runs and becomes a skip giving the error, a failure
 # under FLASHATTN_REQUIRE_CUDA=1.
 NOT_BUILT_MARK = "is not built yet (issue 15)"
-# Issue 14: FP8 on an sm90 GPU (on other GPUs "FP8 attention needs an sm90 (Hopper) GPU", which
-# test_fp8.py skips on: no kernel will run there, so it is not a missing kernel of the build).
-FP8_NOT_BUILT_MARK = "the sm90 FP8 kernel is not built yet (issue 14)"
 # Issue 17: the ops' q_pos_offset / k_pos_offset (ring attention's ALiBi, dropout, varlen windows).
 POS_OFFSETS_NOT_BUILT_MARK = "with position offsets on CUDA is not built yet (issue 17)"
-NOT_BUILT_MARKS = (NOT_BUILT_MARK, "are not built yet (issue 15)", FP8_NOT_BUILT_MARK,
-                   POS_OFFSETS_NOT_BUILT_MARK)
+NOT_BUILT_MARKS = (NOT_BUILT_MARK, "are not built yet (issue 15)", POS_OFFSETS_NOT_BUILT_MARK)
 # Skip reasons that mean "this build or machine has no kernel for it" (flashattn's errors).
 MISSING_KERNEL_MARKS = ("this build has no", "left out of this build", "TORCH_CUDA_ARCH_LIST",
                         "needs a CUDA device", "do not run on compute capability",

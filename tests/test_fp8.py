@@ -8,15 +8,16 @@ MQA / softcap, out_dtype bf16 and fp16, NaN-poisoned outputs (conftest). Also: e
 code, the descale forms, the packed functions, argument errors (the same on every backend),
 the forward-only error, opcheck, torch.compile.
 
-On CUDA no FP8 kernel exists yet: sm90 raises "the sm90 FP8 kernel is not built yet (issue
-14)", which conftest turns into a skip (a failure under FLASHATTN_REQUIRE_CUDA=1); other GPUs
-raise "FP8 attention needs an sm90 (Hopper) GPU", a skip here for good.
+On CUDA the sm90 FP8 kernel runs it (kernel_fwd_sm90.cuh's kFp8, after the staging pass of
+stage_fp8_sm90.cuh); other GPUs raise "FP8 attention needs an sm90 (Hopper) GPU", a skip here
+for good. The staged layouts' index maps are checked on the host (test_sm90_fp8_stage_layout).
 """
 import pytest
 import torch
 
 import flashattn
-from helpers import DEVICES, HEADS, assert_close, case_id, covering_set
+from helpers import (DEVICES, HEADS, assert_close, case_id, covering_set, needs_host_cxx,
+                     run_host_check)
 from reference import FP8_P_SCALE, attention_ref, dequantize_fp8, ref_and_emul_fp8, round_e4m3
 from test_dropout import SHAPES, _cu, _window
 
@@ -374,8 +375,7 @@ def test_forward_only(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_kernel_path(device):
-    """CPU runs FP8; CUDA names the missing sm90 kernel (issue 14), or the need for an sm90 GPU
-    (for good). Once the kernel lands, an sm90 device reports "sm90"."""
+    """CPU runs FP8; an sm90 GPU its sm90 kernel; other GPUs name the need for an sm90 GPU."""
     if flashattn.BUILD_CONFIG.get("FLASHATTN_DISABLE_FP8"):
         pytest.skip("this build has no FP8 kernels (FLASHATTN_DISABLE_FP8)")
     q, k, v = _qkv8(device)
@@ -386,7 +386,7 @@ def test_kernel_path(device):
         with pytest.raises(RuntimeError, match=SM90_MARK):
             flashattn.kernel_path(q, k, v)
         return
-    assert flashattn.kernel_path(q, k, v).startswith("sm90")  # raises "not built yet" until then
+    assert flashattn.kernel_path(q, k, v).startswith("sm90")
 
 
 # ---- opcheck and torch.compile ----
@@ -457,3 +457,10 @@ def test_compile(device, backend):
         assert all(torch.equal(g, w) for g, w in zip(got, want))
         frames.append(counter.frame_count)
     assert frames[0] >= 1 and frames[1] == frames[0], f"recompiled for a new shape: {frames}"
+
+
+@needs_host_cxx
+def test_sm90_fp8_stage_layout(tmp_path):
+    """The sm90 FP8 forward's V^T column order against the e4m3 P registers' layout, and the
+    varlen regions of V^T (csrc/sm90/fp8_layout_sm90.h; tools/check_fp8_stage.cpp)."""
+    run_host_check(tmp_path, "check_fp8_stage.cpp", 400)

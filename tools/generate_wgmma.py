@@ -1,5 +1,6 @@
-"""Generate csrc/sm90/wgmma_sm90.h: the warpgroup MMAs m64nNk16 (bf16 / fp16 in, fp32 out) for
-every N a forward tile uses, A from shared memory (ss) or registers (rs).
+"""Generate csrc/sm90/wgmma_sm90.h: the warpgroup MMAs m64nNk16 (bf16 / fp16 in, fp32 out) and
+m64nNk32 (e4m3 in, fp32 out: the FP8 forward) for every N a tile uses, A from shared memory (ss)
+or registers (rs).
 
 An m64nN accumulator is N / 2 fp32 registers per thread, each its own asm operand, so every N
 needs its own operand list: written here once instead of by hand. setup.py runs this (like
@@ -19,6 +20,9 @@ HEAD = """\
 //   wgmma.mma_async.sync.aligned.m64n<N>k16.f32.<t>.<t> {d...}, a, desc_b, p, 1, 1[, tA], tB;
 // ss: A from shared memory through a descriptor (K-major); rs: A in four registers holding
 // the accumulator layout of an earlier MMA packed two per register. scale_d = 0: D = A * B.
+// ss_e4m3 / rs_e4m3: m64n<N>k32.f32.e4m3.e4m3 (A 64 x 32, B N x 32, both K-major: 8-bit
+// WGMMAs take no transpose); rs_e4m3's four registers hold four e4m3 each (the k32 A fragment:
+// register r, byte i = row g + 8 (r & 1), column 4 (lane % 4) + i + 16 (r >> 1)).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -44,6 +48,17 @@ template <bool kTransB, typename Element, int kRegs>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kRegs], const uint32_t (&a)[4],
                                          uint64_t desc_b, int scale_d) {
   Wgmma<2 * kRegs>::template rs<kTransB, Element>(d, a, desc_b, scale_d);
+}
+// The e4m3 forms (k32): A and B K-major.
+template <int kRegs>
+__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[kRegs], uint64_t desc_a,
+                                              uint64_t desc_b, int scale_d) {
+  Wgmma<2 * kRegs>::ss_e4m3(d, desc_a, desc_b, scale_d);
+}
+template <int kRegs>
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[kRegs], const uint32_t (&a)[4],
+                                              uint64_t desc_b, int scale_d) {
+  Wgmma<2 * kRegs>::rs_e4m3(d, a, desc_b, scale_d);
 }
 
 }  // namespace flashattn::sm90
@@ -94,6 +109,22 @@ struct Wgmma<{n}> {{
                                             uint64_t desc_b, int scale_d) {{
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_{n}("bf16.bf16");
     else FLASHATTN_WGMMA_RS_{n}("f16.f16");
+  }}
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[{r}], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {{
+    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
+                 "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{" FLASHATTN_WGMMA_REGS_{n}
+                 "}}, %{r}, %{r + 1}, p, 1, 1;\\n}}\\n"
+                 : FLASHATTN_WGMMA_OPS_{n}
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }}
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[{r}], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {{
+    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 5}, 0;\\n"
+                 "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{" FLASHATTN_WGMMA_REGS_{n}
+                 "}}, {{%{r}, %{r + 1}, %{r + 2}, %{r + 3}}}, %{r + 4}, p, 1, 1;\\n}}\\n"
+                 : FLASHATTN_WGMMA_OPS_{n}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
   }}
 }};
 #undef FLASHATTN_WGMMA_SS_{n}

@@ -65,12 +65,39 @@ def run_sparse(b, sq, sk, h, hk, d, dv, dtype, block=(128, 128), compressed=Fals
     print("sparse", b, sq, sk, h, hk, d, dv, dtype, block, compressed, kw, "ok", flush=True)
 
 
+def run_fp8(b, sq, sk, h, hk, d, dv, lens=None, strided=False, **kw):
+    """The FP8 forward (forward only) with per-(batch, KV head) descales; lens = (lens_q,
+    lens_k): varlen; strided: q / v views with a row stride TMA cannot take (the staging
+    pass packs q and reads v byte by byte)."""
+    f8 = torch.float8_e4m3fn
+    if lens is None:
+        qs, ks, vs, nb = (b, sq, h, d), (b, sk, hk, d), (b, sk, hk, dv), b
+    else:
+        qs, ks, vs, nb = (sum(lens[0]), h, d), (sum(lens[1]), hk, d), (sum(lens[1]), hk, dv), \
+            len(lens[0])
+    q, k = torch.randn(*qs, device=dev).to(f8), torch.randn(*ks, device=dev).to(f8)
+    v = torch.randn(*vs, device=dev).to(f8)
+    if strided:
+        q = torch.randn(*qs[:-1], d + 5, device=dev).to(f8)[..., :d]
+        v = torch.randn(*vs[:-1], dv + 3, device=dev).to(f8)[..., :dv]
+    ds = {n: torch.rand(nb, hk, device=dev) + 0.5 for n in ("q_descale", "k_descale", "v_descale")}
+    if lens is None:
+        flashattn.flash_attn_func(q, k, v, **ds, **kw)
+    else:
+        cu = [torch.tensor([0] + list(torch.tensor(x).cumsum(0)), device=dev, dtype=torch.int32)
+              for x in lens]
+        flashattn.flash_attn_varlen_func(q, k, v, *cu, max(lens[0]), max(lens[1]), **ds, **kw)
+    torch.cuda.synchronize()
+    print("fp8", b, sq, sk, h, hk, d, dv, lens, strided, kw, "ok", flush=True)
+
+
 bf16, fp16 = torch.bfloat16, torch.float16
 
 
 def sm90_cases():
     """The sm90 forward, forced: >= 3 key blocks, partial tiles, causal both ways, windows,
-    GQA / MQA, rows with no key, no keys at all (its LSE feeds the sm80 backward)."""
+    GQA / MQA, rows with no key, no keys at all (its LSE feeds the sm80 backward); the sm90
+    backward's variants; the FP8 forward."""
     os.environ["FLASHATTN_FORCE_BACKEND"] = "sm90"
     run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True)
     run_padded(2, 333, 200, 2, 2, 128, 128, fp16, causal=True)   # rows with no key
@@ -131,6 +158,20 @@ def sm90_cases():
     run_padded(1, 500, 650, 4, 1, 64, 64, fp16, window_size=(100, 20), deterministic=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True, deterministic=True)
     del os.environ["FLASHATTN_SM90_DET_BWD"]
+    # The FP8 forward (issue 14; its staging pass too): every head-dim variant, causal GQA with
+    # partial blocks, a window, softcap, varlen with an empty sequence, a decoding shape (FP8
+    # never takes the decode kernels), strided / odd-head-dim inputs (staged q, byte-read v),
+    # an out of fp16, no keys
+    run_fp8(1, 300, 420, 4, 2, 128, 128, causal=True)
+    run_fp8(2, 333, 520, 6, 2, 64, 64, window_size=(100, 20))
+    run_fp8(1, 260, 333, 2, 1, 256, 256, causal=True, softcap=5.0)
+    run_fp8(1, 260, 333, 2, 2, 192, 128, out_dtype=fp16)
+    run_fp8(1, 150, 290, 2, 2, 192, 192)
+    run_fp8(0, 0, 0, 4, 2, 128, 128, lens=([130, 0, 257, 1], [300, 5, 0, 399]), causal=True)
+    run_fp8(2, 1, 700, 8, 1, 128, 128)
+    run_fp8(1, 200, 300, 2, 2, 59, 59, strided=True)
+    run_fp8(0, 0, 0, 2, 2, 24, 40, lens=([70, 33], [90, 0]), strided=True)
+    run_fp8(2, 100, 0, 2, 1, 128, 128)
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

@@ -74,9 +74,10 @@ inline Backend sm80_or_fail(const char* what) {
 #endif
 }
 
-// Issue 14's FP8 forward likewise (CPU backend and contract only): never another dtype's kernel.
-// The kernel will be sm_90a code (e4m3 WGMMA): other GPUs get the first error for good.
-[[noreturn]] inline void fail_cuda_fp8() {
+// Issue 14's FP8 forward: the sm90 kernel (e4m3 WGMMA, sm_90a code) or a named error, never
+// another dtype's kernel: other GPUs get the first error for good; on Hopper, a call the sm90
+// forward does not take (why: its reason) or a build without sm90 kernels the second.
+[[noreturn]] inline void fail_cuda_fp8(const char* why) {
   int cc = 0;  // the current device's compute capability, where this build can ask
 #ifndef FLASHATTN_DISABLE_SM80
   sm80::device_fit(cc);
@@ -84,8 +85,8 @@ inline Backend sm80_or_fail(const char* what) {
   if (cc != 0 && cc != 90)
     fail("FP8 attention needs an sm90 (Hopper) GPU: its kernel is sm_90a code (e4m3 WGMMA), "
          "this GPU has compute capability ", cc / 10, ".", cc % 10, "; FP8 runs on CPU tensors");
-  fail("the sm90 FP8 kernel is not built yet (issue 14): FP8 (float8_e4m3fn) attention runs "
-       "on CPU tensors only for now");
+  fail("the sm90 FP8 forward does not take this call: ", why,
+       "; FP8 (float8_e4m3fn) attention also runs on CPU tensors");
 }
 
 // Issue 17's position offsets on CUDA: the sm80 / sm90 main kernels take them in their mask
@@ -115,7 +116,6 @@ inline void check_cuda_pos_offsets(const FwdParams& p) {
 #endif
 
 inline void check_cuda_has_features(const FwdParams& p) {
-  if (p.dtype == DType::kFloat8E4M3) fail_cuda_fp8();
 #ifdef FLASHATTN_DISABLE_DROPOUT
   if (p.dropout_threshold > 0)
     fail("this build has no CUDA dropout kernels (FLASHATTN_DISABLE_DROPOUT=1): dropout runs on "
@@ -143,6 +143,15 @@ inline bool decode_shaped(const FwdParams& p) {
 inline Backend choose_fwd(const FwdParams& p) {
   const Force force = forced_backend();
   check_cuda_has_features(p);
+  if (p.dtype == DType::kFloat8E4M3) {  // sm90 alone, whatever the shape or the forced backend
+#ifndef FLASHATTN_DISABLE_SM90
+    if (const char* why = sm90::fwd_unsupported_here(p)) fail_cuda_fp8(why);
+    return Backend::kSm90;
+#else
+    fail_cuda_fp8("this build has no sm90 kernels (FLASHATTN_DISABLE_SM90, or "
+                  "TORCH_CUDA_ARCH_LIST without 9.0 / 9.0a)");
+#endif
+  }
   if (force == Force::kSm80) return sm80_or_fail("the forward");
 #ifndef FLASHATTN_DISABLE_SM80
   if (force == Force::kAuto && decode_shaped(p)) {

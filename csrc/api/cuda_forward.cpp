@@ -71,6 +71,9 @@ namespace sm90 {
 const char* fwd_unsupported_here(const FwdParams& p) {
   return member(&CudaTable::sm90_fwd_unsupported_here, "sm90 kernels")(p);
 }
+WorkspaceSizes fwd_workspace(const FwdParams& p) {
+  return member(&CudaTable::sm90_fwd_workspace, "sm90 kernels")(p);
+}
 void run_fwd(const FwdParams& p, void* s) {
   member(&CudaTable::sm90_run_fwd, "sm90 kernels")(p, s);
 }

@@ -107,7 +107,10 @@ void dispatch_fwd(FwdParams& p, const Tensor& q, bool kvcache = false) {
   if (kvcache || has_kvcache_fields(p)) return dispatch_fwd_cuda_kvcache(p, q);
   switch (choose_fwd(p)) {
 #ifndef FLASHATTN_DISABLE_SM90
-    case Backend::kSm90: return sm90::run_fwd(p, current_stream(q));
+    case Backend::kSm90: {  // FP8 calls: the staged inputs (varlen: zeroed, their gaps read)
+      auto ws = alloc_workspace(p, sm90::fwd_workspace(p), q, /*zeroed=*/p.is_varlen);
+      return sm90::run_fwd(p, current_stream(q));
+    }
 #endif
 #ifndef FLASHATTN_DISABLE_SM80
     case Backend::kSm80:

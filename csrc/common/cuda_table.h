@@ -16,7 +16,7 @@ namespace flashattn {
 
 // Bumped whenever a member is added, removed or changes type: the two libraries of one build
 // always agree, and _C refuses a table of another version (a stale _C_cuda beside a new _C).
-inline constexpr uint32_t kCudaTableVersion = 1;
+inline constexpr uint32_t kCudaTableVersion = 2;  // 2: sm90_fwd_workspace
 
 struct CudaTable {
   uint32_t version, size;  // kCudaTableVersion, sizeof(CudaTable)
@@ -32,6 +32,7 @@ struct CudaTable {
   decltype(&sm80::run_bwd) sm80_run_bwd;
   // sm90 family
   decltype(&sm90::fwd_unsupported_here) sm90_fwd_unsupported_here;
+  decltype(&sm90::fwd_workspace) sm90_fwd_workspace;
   decltype(&sm90::run_fwd) sm90_run_fwd;
   decltype(&sm90::bwd_unsupported_here) sm90_bwd_unsupported_here;
   decltype(&sm90::bwd_workspace) sm90_bwd_workspace;

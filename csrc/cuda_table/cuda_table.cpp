@@ -34,6 +34,7 @@ flashattn::CudaTable make_table() {
 #endif
 #ifndef FLASHATTN_DISABLE_SM90
   t.sm90_fwd_unsupported_here = &flashattn::sm90::fwd_unsupported_here;
+  t.sm90_fwd_workspace = &flashattn::sm90::fwd_workspace;
   t.sm90_run_fwd = &flashattn::sm90::run_fwd;
 #ifndef FLASHATTN_DISABLE_BACKWARD
   t.sm90_bwd_unsupported_here = &flashattn::sm90::bwd_unsupported_here;

@@ -25,6 +25,15 @@ static_assert(kNumFwdVariants == 5, "FLASHATTN_SM90_VARIANTS below lists every v
       const FwdParams&, cudaStream_t);
 FLASHATTN_SM90_VARIANTS(FLASHATTN_SM90_EXTERN)
 #undef FLASHATTN_SM90_EXTERN
+#ifndef FLASHATTN_DISABLE_FP8
+#define FLASHATTN_SM90_EXTERN_FP8(I)                                                       \
+  extern template void run_fwd_fp8_hdim<kFwdHeadDimsQK[I], kFwdHeadDimsV[I], __half>(        \
+      const FwdParams&, cudaStream_t);                                                     \
+  extern template void run_fwd_fp8_hdim<kFwdHeadDimsQK[I], kFwdHeadDimsV[I], __nv_bfloat16>( \
+      const FwdParams&, cudaStream_t);
+FLASHATTN_SM90_VARIANTS(FLASHATTN_SM90_EXTERN_FP8)
+#undef FLASHATTN_SM90_EXTERN_FP8
+#endif
 
 // The head-dim bucket (FLASHATTN_HEADDIMS) a variant's instantiations belong to.
 static constexpr int variant_bucket(int i) {
@@ -37,7 +46,7 @@ const char* fwd_unsupported_here(const FwdParams& p) {
       current_device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
     return "the device (sm90 kernels run on compute capability 9.0 only)";
   if (const char* why = fwd_unsupported(p)) return why;
-  const int v = fwd_variant(p.headdim, p.headdim_v);
+  const int v = fwd_variant_of_call(p);
   if (smem_optin_bytes() < fwd_smem_of_variant(v))
     return "the shared memory per block (FLASHATTN_SMEM_LIMIT or the GPU's is below the "
            "kernel's)";
@@ -53,9 +62,38 @@ const char* fwd_unsupported_here(const FwdParams& p) {
   return nullptr;
 }
 
+WorkspaceSizes fwd_workspace(const FwdParams& p) { return fwd_workspace_of(p); }
+
+// FP8 (issue 14): the out dtype picks the instantiation (run_fwd_fp8_hdim).
+static void run_fwd_fp8(const FwdParams& p, cudaStream_t s, int v) {
+#ifndef FLASHATTN_DISABLE_FP8
+  switch (v) {
+#define FLASHATTN_SM90_CASE(I)                                                            \
+  case I:                                                                                 \
+    if constexpr (headdim_built(variant_bucket(I))) {                                     \
+      if (p.out_dtype == DType::kBFloat16)                                                \
+        run_fwd_fp8_hdim<kFwdHeadDimsQK[I], kFwdHeadDimsV[I], __nv_bfloat16>(p, s);       \
+      else                                                                                \
+        run_fwd_fp8_hdim<kFwdHeadDimsQK[I], kFwdHeadDimsV[I], __half>(p, s);              \
+      return;                                                                             \
+    }                                                                                     \
+    break;
+    FLASHATTN_SM90_VARIANTS(FLASHATTN_SM90_CASE)
+#undef FLASHATTN_SM90_CASE
+    default:
+      break;
+  }
+#else
+  (void)p, (void)s, (void)v;
+#endif
+  throw std::runtime_error("flashattn sm90 fwd: FP8 head dims " + std::to_string(p.headdim) +
+                           "/" + std::to_string(p.headdim_v) + " have no kernel in this build");
+}
+
 void run_fwd(const FwdParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const int v = fwd_variant(p.headdim, p.headdim_v);
+  const int v = fwd_variant_of_call(p);
+  if (p.dtype == DType::kFloat8E4M3) return run_fwd_fp8(p, s, v);
   switch (v) {
 #define FLASHATTN_SM90_CASE(I)                                                            \
   case I:                                                                                 \

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/block_sparse_tiles.cuh"
 #include "../common/dropout_lanes.cuh"
@@ -22,6 +23,7 @@
 #include "../common/seqlen.h"
 #include "primitives_bwd_sm90.cuh"
 #include "primitives_sm90.cuh"
+#include "fp8_layout_sm90.h"
 #include "tile_fwd_sm90.h"
 #include "tile_order_sm90.h"
 
@@ -45,31 +47,54 @@ struct FwdMaps {
 // waits for V_j inside its turn, after issuing S_{j+1} = Q K_{j+1}^T, instead of before the
 // turn (FA4's sm90 order: the producer loads K_{j+1} before V_j, so waiting for both first
 // holds the next QK^T, and the other warpgroup's turn, until V_j lands).
+// kInBytes: 2 (bf16 / fp16 inputs), or 1: the FP8 forward (issue 14; kFp8): Q, K e4m3 by TMA,
+// V as the staging pass's V^T (stage_fp8_sm90.h: 8-bit WGMMAs take K-major operands only),
+// S = Q K^T and O += P V as k32 e4m3 WGMMAs, P scaled by 2^8 (kFp8PLog2) and rounded to e4m3
+// in registers, the descales folded into the tile's scale and the epilogue; out 16-bit.
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
-          int kDescBase_ = 0, int kVLate_ = 0>
+          int kDescBase_ = 0, int kVLate_ = 0, int kInBytes_ = 2>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
   static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
   static constexpr bool kDescBase = kDescBase_ != 0, kVLate = kVLate_ != 0;
+  static constexpr int kInBytes = kInBytes_;
+  static constexpr bool kFp8 = kInBytes == 1;
+  static_assert(kInBytes == 2 || kInBytes == 1, "16-bit or e4m3 inputs");
+  static_assert(!kFp8 || (kBN % 64 == 0 && !kDescBase && kExpFma == 0),
+                "FP8: whole 64- or 128-byte rows of V^T a step, no experiments");
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
+  // One P buffer, packed after P V of the step before has read it (FP8 shapes whose second
+  // buffer would spill: three consumer warpgroups' 160 registers; at d 256 it spilled more).
+  static constexpr bool kOneP = kFp8 && kConsumers == 3;
   static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
                 "two or three consumer warpgroups of 64 query rows");
   static_assert(kD % 64 == 0 && kDv % 64 == 0, "tiles are 64-column chunks (128-byte swizzle)");
   static_assert(kBN % 16 == 0 && kBN <= 256 && kDv <= 256, "WGMMA N and TMA box limits");
   static_assert(kSchedule == kOverlap || kSchedule == kPingPong, "a known schedule");
-  // A tile of R rows x C columns is stored as C / 64 chunks of R rows x 128 bytes.
-  static constexpr int kQChunk = kBM * 128, kKVChunk = kBN * 128;
-  static constexpr int kQBytes = kBM * kD * 2, kKBytes = kBN * kD * 2, kVBytes = kBN * kDv * 2;
+  // A tile of R rows x C columns is stored as chunks of R rows x kQKChunkB bytes (128; FP8 rows
+  // that are no multiple of 128 bytes, d 64 and 192: 64, with the 64-byte swizzle), each
+  // kQKChunkCols columns. V: 16-bit, MN-major, kDv / 64 chunks of kBN rows x 128 bytes; FP8,
+  // V^T (K-major), chunks of kDv rows x kVChunkB bytes (keys: 128, or 64 with the 64-byte
+  // swizzle when kBN is no multiple of 128).
+  static constexpr int kQKChunkB = (kD * kInBytes) % 128 == 0 ? 128 : 64;
+  static constexpr int kQKChunks = kD * kInBytes / kQKChunkB, kQKChunkCols = kQKChunkB / kInBytes;
+  static constexpr int kVChunkB = kFp8 && kBN % 128 != 0 ? 64 : 128;
+  static constexpr int kVChunks = kFp8 ? kBN / kVChunkB : kDv / 64;
+  static constexpr int kQChunk = kBM * kQKChunkB, kKChunk = kBN * kQKChunkB;
+  static constexpr int kKVChunk = kBN * 128, kVChunk = kFp8 ? kDv * kVChunkB : kKVChunk;
+  static constexpr int kQBytes = kBM * kD * kInBytes, kKBytes = kBN * kD * kInBytes;
+  static constexpr int kVBytes = kBN * kDv * kInBytes;
   static constexpr int kSmemK = kQBytes, kSmemV = kSmemK + kStages * kKBytes;
   // The output's staging area (tile_fwd_sm90.h's fwd_o_stage_bytes; 0: none): each consumer's
   // 64 x kDv rows as kDv / 64 chunks of 64 rows x 128 bytes, the TMA store's boxes.
-  static constexpr int kOBytes = fwd_o_stage_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv);
+  static constexpr int kOBytes =
+      fwd_o_stage_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv, kInBytes);
   static constexpr bool kTmaO = kOBytes > 0;
   static constexpr int kSmemO = kSmemV + kStages * kVBytes, kOChunk = 64 * 128;
   static constexpr int kSmemBar = kSmemO + kOBytes;
   static constexpr int kSmem = kSmemBar + 128 + 1024;  // + mbarriers, alignment slack
-  static_assert(kSmem == fwd_smem_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv),
+  static_assert(kSmem == fwd_smem_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv, kInBytes),
                 "tile_fwd_sm90.h's count");
   static_assert((2 + 4 * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
   static_assert(kSmemO % 1024 == 0 && (64 * kDv * 2) % 1024 == 0, "TMA boxes 1024-aligned");
@@ -88,6 +113,14 @@ template <int kD, int kDv, bool kLocal>
 using FwdConfigOf = FwdConfig<kD, kDv, fwd_tile(kD, kDv, kLocal).block_m,
                               fwd_tile(kD, kDv, kLocal).block_n, fwd_tile(kD, kDv, kLocal).stages,
                               fwd_tile(kD, kDv, kLocal).schedule, 0, 0, fwd_v_late(kD, kDv)>;
+// The FP8 forward's shape (tile_fwd_sm90.h's fwd_tile_fp8; V late as the 16-bit kernels').
+template <int kD, int kDv>
+using FwdConfigFp8 = FwdConfig<kD, kDv, fwd_tile_fp8(kD, kDv).block_m, fwd_tile_fp8(kD, kDv).block_n,
+                               fwd_tile_fp8(kD, kDv).stages, fwd_tile_fp8(kD, kDv).schedule, 0, 0,
+                               fwd_v_late(kD, kDv), 1>;
+// FP8: P is scaled by 2^kFp8PLog2 before its rounding to e4m3 (tests/reference.py's emulation:
+// its normal range then reaches 2^-14 of the row's largest), which the row sum carries too.
+inline constexpr float kFp8PLog2 = 8.f;
 
 // What one tile (kBM query rows of one head of one sequence) covers.
 struct FwdTileInfo {
@@ -144,11 +177,15 @@ template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = fa
           bool Is_sparse = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
-                    int group, int deal, int list_cap, int tma_o) {
+                    int group, int deal, int list_cap, int tma_o, int o_halves) {
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kD = Cfg::kD, kDv = Cfg::kDv;
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
   constexpr int kFmaMod = Cfg::kExpFma > 0 ? Cfg::kExpFma : 1;  // (no % 0 when off)
+  constexpr bool kFp8 = Cfg::kFp8;
+  static_assert(!kFp8 || (!Has_dropout && !Is_sparse), "the API refuses FP8 with these");
+  // A operand of P V: k16 (16-bit) or k32 (e4m3) slabs of P, four registers each.
+  constexpr int kPK = kFp8 ? kBN / 32 : kBN / 16;
   // setmaxnreg moves registers within the CTA's pool (kThreads x the launch's per-thread
   // count, 168 at 384 threads): the roles' sum may not exceed it, or an increase waits for
   // ever. The block-sparse list warp spills at 24: there 40 + 2 x 232.
@@ -261,6 +298,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int tb = p.is_varlen ? 0 : ti.b;  // TMA rows: q_row0 / k_row0 + r
       const int q_row = static_cast<int>(ti.si.q_row0) + ti.m0;
       const int k_row = static_cast<int>(ti.si.k_row0);
+      // FP8: the sequence's first V^T column (stage_fp8_sm90.h; 0 when padded).
+      const int vt_col = kFp8 && p.is_varlen ? static_cast<int>(vt_seq_col0(ti.si.k_row0, ti.b)) : 0;
       auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
                       int head) {
         if (p.is_varlen) tma_load_3d(dst, map, bar, col, row, head);
@@ -270,8 +309,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (q_count > 0) mbar_wait(q_empty, (q_count - 1) & 1);  // the last tile's S are done
         mbar_arrive_expect_tx(q_full, Cfg::kQBytes);
 #pragma unroll
-        for (int c = 0; c < kD / 64; ++c)
-          load(smem + c * Cfg::kQChunk, &maps.q, q_full, c * 64, q_row, ti.h);
+        for (int c = 0; c < Cfg::kQKChunks; ++c)
+          load(smem + c * Cfg::kQChunk, &maps.q, q_full, c * Cfg::kQKChunkCols, q_row, ti.h);
         ++q_count;
       };
       // K or V of the tile's iteration it, into ring slot kv_count + it once it is free.
@@ -283,10 +322,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mbar_arrive_expect_tx(full, is_k ? Cfg::kKBytes : Cfg::kVBytes);
         uint8_t* dst = smem + (is_k ? Cfg::kSmemK + stage * Cfg::kKBytes
                                     : Cfg::kSmemV + stage * Cfg::kVBytes);
+        if (is_k) {
 #pragma unroll
-        for (int c = 0; c < (is_k ? kD : kDv) / 64; ++c)
-          load(dst + c * Cfg::kKVChunk, is_k ? &maps.k : &maps.v, full, c * 64, k_row + n0,
-               ti.hk);
+          for (int c = 0; c < Cfg::kQKChunks; ++c)
+            load(dst + c * Cfg::kKChunk, &maps.k, full, c * Cfg::kQKChunkCols, k_row + n0, ti.hk);
+        } else if constexpr (kFp8) {  // V^T: (key, head-dim column) boxes of 128 x kDv
+#pragma unroll
+          for (int c = 0; c < Cfg::kVChunks; ++c)
+            load(dst + c * Cfg::kVChunk, &maps.v, full, vt_col + n0 + Cfg::kVChunkB * c, 0, ti.hk);
+        } else {
+#pragma unroll
+          for (int c = 0; c < Cfg::kVChunks; ++c)
+            load(dst + c * Cfg::kVChunk, &maps.v, full, c * 64, k_row + n0, ti.hk);
+        }
       };
       // K_0, Q, then (K_j+1, V_j), then the last V: the order the overlapped consumers take
       // them in (FA3's). The former K_j, V_j order measured the same (NOTES.md, 2026-12-02).
@@ -308,7 +356,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const bool score_mod_on =
       Has_score_mod || (Has_dropout && (p.softcap > 0.f || p.alibi_slopes != nullptr ||
                                         !(p.softmax_scale > 0.f)));
-  const float scale_log2 = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
+  const float scale_log2_call = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
+  // FP8: per tile, the descales of its (sequence, KV head) folded in (params.h): q_descale
+  // k_descale into the scale of S, v_descale into the epilogue's factor.
+  float scale_log2 = scale_log2_call, mod_scale = p.softmax_scale, v_scale = 1.f;
   // The sparse kernel with Has_dropout also runs score-transform calls without dropout, whose
   // rng_state is null: nothing reads it then.
   const bool drop_on = Has_dropout && (!Is_sparse || p.dropout_threshold > 0);
@@ -317,7 +368,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (drop_on) rng = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0);
   const bool has_cap = p.softcap > 0.f;
   const float cap = p.softcap, inv_cap = has_cap ? 1.f / p.softcap : 0.f;
-  const uint32_t q_base = smem_u32(smem) + c * 64 * 128;  // this warpgroup's 64 rows
+  const uint32_t q_base = smem_u32(smem) + c * 64 * Cfg::kQKChunkB;  // this warpgroup's 64 rows
   int kv_base = 0, q_count = 0, list_uses = 0;  // as the producer counts them
   float s[kBN / 2];        // S (then P) of the current key block
   for (int k = 0;; ++k) {
@@ -330,6 +381,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t list_addr = 0;  // block-sparse: this tile's list (warp 1 of the producers')
     if constexpr (sparse) n_iters = take_list(list_uses, list_addr);
     if constexpr (Has_dropout) rng.b = ti.b, rng.h = ti.h;
+    if constexpr (kFp8) {
+      const float qk = fp8_descale(p.q_descale_ptr, p.q_descale_batch_stride, ti.b, ti.hk) *
+                       fp8_descale(p.k_descale_ptr, p.k_descale_batch_stride, ti.b, ti.hk);
+      scale_log2 = score_mod_on ? scale_log2_call : scale_log2_call * qk;
+      mod_scale = p.softmax_scale * qk;
+      v_scale = fp8_descale(p.v_descale_ptr, p.v_descale_batch_stride, ti.b, ti.hk);
+    }
     const int row0 = ti.m0 + c * 64 + warp * 16 + lane / 4;  // this thread's rows: +0, +8
     int kb[2], ke[2];
 #pragma unroll
@@ -339,7 +397,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     float o[kDv / 2], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     float alpha[2];
-    uint32_t pa[kBN / 16][4], pb[kBN / 16][4];
+    uint32_t pa[kPK][4], pb[kPK][4];
 #pragma unroll
     for (int i = 0; i < kDv / 2; ++i) o[i] = 0.f;
 
@@ -370,30 +428,56 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       return Cfg::kDescBase ? desc_add(gmma_desc_sw128(base, lbo, 1024), off)
                             : gmma_desc_sw128(base + off, lbo, 1024);
     };
+    // FP8's descriptors: K-major rows of kSw bytes (sbo: 8 of them).
+    auto desc_fp8 = [](uint32_t addr, auto sw) {
+      constexpr int kSw = decltype(sw)::value;
+      return gmma_desc_swz<kSw>(addr, 16, 8 * kSw);
+    };
+    using QKSw = std::integral_constant<int, Cfg::kQKChunkB>;
     auto issue_qk = [&](int it) {  // S = Q K^T of iteration it (its K has landed)
       const uint32_t k_base =
           smem_u32(smem + Cfg::kSmemK + ((kv_base + it) % kStages) * Cfg::kKBytes);
       wgmma_fence();
+      if constexpr (kFp8) {
+        constexpr int kSteps = Cfg::kQKChunkB / 32;  // k32 steps of a chunk's rows
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
-        wgmma_ss<false, Element>(s, desc_at(q_base, (kk / 4) * Cfg::kQChunk + in_row, 16),
-                                 desc_at(k_base, (kk / 4) * Cfg::kKVChunk + in_row, 16), kk > 0);
+        for (int kk = 0; kk < kD / 32; ++kk) {
+          const uint32_t in_row = (kk % kSteps) * 32;
+          wgmma_ss_e4m3(s, desc_fp8(q_base + (kk / kSteps) * Cfg::kQChunk + in_row, QKSw{}),
+                        desc_fp8(k_base + (kk / kSteps) * Cfg::kKChunk + in_row, QKSw{}), kk > 0);
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
+          wgmma_ss<false, Element>(s, desc_at(q_base, (kk / 4) * Cfg::kQChunk + in_row, 16),
+                                   desc_at(k_base, (kk / 4) * Cfg::kKVChunk + in_row, 16), kk > 0);
+        }
       }
       wgmma_commit();
     };
-    auto issue_pv = [&](int it, const uint32_t (&a)[kBN / 16][4]) {
+    auto issue_pv = [&](int it, const uint32_t (&a)[kPK][4]) {
       const uint32_t v_base =
           smem_u32(smem + Cfg::kSmemV + ((kv_base + it) % kStages) * Cfg::kVBytes);
       wgmma_fence();
+      if constexpr (kFp8) {  // 32 keys = 32 bytes of each V^T row
+        constexpr int kSteps = Cfg::kVChunkB / 32;
 #pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes
-        wgmma_rs<true, Element>(o, a[kk], desc_at(v_base, kk * 16 * 128, Cfg::kKVChunk), 1);
+        for (int kk = 0; kk < kBN / 32; ++kk)
+          wgmma_rs_e4m3(o, a[kk],
+                        desc_fp8(v_base + (kk / kSteps) * Cfg::kVChunk + (kk % kSteps) * 32,
+                                 std::integral_constant<int, Cfg::kVChunkB>{}),
+                        1);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes
+          wgmma_rs<true, Element>(o, a[kk], desc_at(v_base, kk * 16 * 128, Cfg::kKVChunk), 1);
+      }
       wgmma_commit();
     };
     // Masks S of iteration it, updates the row max and sums (alpha: the factor O still
-    // needs), and packs P = exp2(S * scale - max) into `a` as the A operand of P V.
-    auto softmax = [&](int it, uint32_t (&a)[kBN / 16][4]) {
+    // needs), leaves P = exp2(S * scale - max) in s; its first key n0.
+    auto scores = [&](int it) {
       const int n0 = key_block(ti, list_addr, it) * kBN;
       if (Has_score_mod || (Has_dropout && score_mod_on)) {
         const float slope = alibi_slope(p, ti.b, ti.h);
@@ -402,7 +486,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int j = 0; j < kSN; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            s[j * 4 + e] = score_mod(s[j * 4 + e] * p.softmax_scale, has_cap, cap, inv_cap, slope,
+            s[j * 4 + e] = score_mod(s[j * 4 + e] * (kFp8 ? mod_scale : p.softmax_scale), has_cap,
+                                     cap, inv_cap, slope,
                                      diag + 8 * (e >> 1) - j * 8 - (e & 1));
       }
       if (n0 < kb[0] || n0 < kb[1] || n0 + kBN > ke[0] || n0 + kBN > ke[1]) {
@@ -436,11 +521,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
         alpha[r] = row_max[r] == -INFINITY ? 0.f : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
         row_max[r] = mx;
+        const float m_sub = kFp8 ? m_scaled - kFp8PLog2 : m_scaled;  // FP8: P~ = 2^8 P
 #pragma unroll
         for (int j = 0; j < kSN; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float x = fmaf(s[j * 4 + 2 * r + e], scale_log2, -m_scaled);
+            const float x = fmaf(s[j * 4 + 2 * r + e], scale_log2, -m_sub);
             const float pv = Cfg::kExpFma > 0 && j % kFmaMod == kFmaMod - 1 ? exp2_fma(x)
                                                                              : exp2_ftz(x);
             s[j * 4 + 2 * r + e] = pv;
@@ -452,13 +538,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int q = 0; q + w < kC; q += 2 * w) sc[q] += sc[q + w];
         row_sum[r] = row_sum[r] * alpha[r] + sc[0];
       }
+      return n0;
+    };
+    // Packs P (in s) of the key block at n0 into `a`, the A operand of P V (dropout's Z on it).
+    auto pack_p = [&](int n0, uint32_t (&a)[kPK][4]) {
+      if constexpr (kFp8) {
+        // k32 slab kk = n8 blocks 4 kk .. 4 kk + 3, no shuffle: the slab's keys in the order
+        // the staging pass wrote V^T's columns in (fp8_layout_sm90.h's kFp8PackIdx, vt_key_of).
 #pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const float* s0 = s + 8 * kk;  // n8 blocks 2 kk and 2 kk + 1
-        a[kk][0] = pack_x2<Element>(s0[0], s0[1]);
-        a[kk][1] = pack_x2<Element>(s0[2], s0[3]);
-        a[kk][2] = pack_x2<Element>(s0[4], s0[5]);
-        a[kk][3] = pack_x2<Element>(s0[6], s0[7]);
+        for (int kk = 0; kk < kBN / 32; ++kk) {
+          const float* s0 = s + 16 * kk;
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            a[kk][r] = pack_e4m3_x4(s0[kFp8PackIdx[r][0]], s0[kFp8PackIdx[r][1]],
+                                    s0[kFp8PackIdx[r][2]], s0[kFp8PackIdx[r][3]]);
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+          const float* s0 = s + 8 * kk;  // n8 blocks 2 kk and 2 kk + 1
+          a[kk][0] = pack_x2<Element>(s0[0], s0[1]);
+          a[kk][1] = pack_x2<Element>(s0[2], s0[3]);
+          a[kk][2] = pack_x2<Element>(s0[4], s0[5]);
+          a[kk][3] = pack_x2<Element>(s0[6], s0[7]);
+        }
       }
       // Dropout: the sums above are the undropped softmax's (params.h); Z zeroes what P V
       // sees (1 / (1 - p) at the end), on the packed P: a[kk][x] holds columns 2t, 2t + 1 of
@@ -466,7 +569,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // that half's word: one byte permute widens them to 16-bit masks (2 ops per 2
       // elements). Lanes pair 16-column blocks (dropout_lanes.cuh); an odd count's last block
       // is drawn by both lanes of a pair.
-      if (drop_on) {
+      if constexpr (Has_dropout) if (drop_on) {
         constexpr int kNB = kBN / 16;
         const int I = (ti.m0 + c * 64 + warp * 16) >> 4, J0 = n0 >> 4;
         auto apply = [&](int kk, const uint32_t (&w)[2]) {
@@ -491,6 +594,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
     };
+    auto softmax = [&](int it, uint32_t (&a)[kPK][4]) { pack_p(scores(it), a); };
     auto rescale_o = [&]() {
 #pragma unroll
       for (int j = 0; j < kON; ++j)
@@ -510,8 +614,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       float sum = row_sum[r];
       sum += __shfl_xor_sync(0xffffffff, sum, 1);
       sum += __shfl_xor_sync(0xffffffff, sum, 2);
-      return finish_row(sum, row_max[r] * scale_log2 * 0.6931471805599453f, has_sink, sink,
-                        Has_dropout ? p.dropout_scale : 1.f);
+      // (FP8: the row sum is 2^8 times P's, so its log 8 ln 2 too much, and v_descale.)
+      const float m_nat = kFp8 ? (row_max[r] * scale_log2 - kFp8PLog2) * 0.6931471805599453f
+                               : row_max[r] * scale_log2 * 0.6931471805599453f;
+      return finish_row(sum, m_nat, has_sink, sink,
+                        Has_dropout ? p.dropout_scale : kFp8 ? v_scale : 1.f);
     };
     auto epilogue_tma = [&] {
       float* lse =
@@ -567,6 +674,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (row >= ti.si.seqlen_q) continue;
         const float inv = fin.inv;
         Element* orow = out + row * p.o_row_stride + (lane % 4) * 2;
+        if constexpr (kFp8) {
+          if (o_halves) {  // any head dim and strides: element by element
+#pragma unroll
+            for (int j = 0; j < kON; ++j)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                if (j * 8 + (lane % 4) * 2 + e < p.headdim_v)
+                  orow[j * 8 + e] = Element(o[j * 4 + 2 * r + e] * inv);
+            if (lane % 4 == 0) lse[row] = fin.lse;
+            continue;
+          }
+        }
 #pragma unroll
         for (int j = 0; j < kON; ++j)
           if (j < dv_blocks)
@@ -592,8 +711,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Two P buffers in turn (no copy the register allocator could fold into one), and
       // each step's MMAs in straight-line code: otherwise ptxas serialises the MMAs (C7513 /
       // C7514) because it cannot see that wait<1> retires S while P V still reads P.
-      auto step = [&](int it, const uint32_t (&cur)[kBN / 16][4],
-                      uint32_t (&nxt)[kBN / 16][4]) {
+      auto step = [&](int it, const uint32_t (&cur)[kPK][4], uint32_t (&nxt)[kPK][4]) {
         wait_k(it + 1);
         if constexpr (!Cfg::kVLate) wait_v(it);
         turn_begin();
@@ -604,13 +722,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_wait<1>();
         wgmma_fence_operands(s);
         s_done(it + 1);
-        softmax(it + 1, nxt);
+        int n0_next = 0;
+        if constexpr (Cfg::kOneP) n0_next = scores(it + 1);
+        else softmax(it + 1, nxt);
         wgmma_wait<0>();
         wgmma_fence_operands(o);
         release_v(it);
+        if constexpr (Cfg::kOneP) pack_p(n0_next, nxt);  // nxt is cur: P V_it has read it
         rescale_o();
       };
-      auto last = [&](int it, const uint32_t (&cur)[kBN / 16][4]) {
+      auto last = [&](int it, const uint32_t (&cur)[kPK][4]) {
         wait_v(it);
         turn_begin();
         issue_pv(it, cur);
@@ -619,11 +740,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence_operands(o);
         release_v(it);
       };
+      uint32_t (&pb_)[kPK][4] = Cfg::kOneP ? pa : pb;  // kOneP: one buffer, packed late
       for (int it = 0;; it += 2) {
         if (it + 1 >= n_iters) { last(it, pa); break; }
-        step(it, pa, pb);
-        if (it + 2 >= n_iters) { last(it + 1, pb); break; }
-        step(it + 1, pb, pa);
+        step(it, pa, pb_);
+        if (it + 2 >= n_iters) { last(it + 1, pb_); break; }
+        step(it + 1, pb_, pa);
       }
       ++q_count;
       kv_base += n_iters;

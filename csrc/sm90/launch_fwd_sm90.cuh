@@ -15,6 +15,7 @@
 
 #include "../common/cuda_check.h"
 #include "kernel_fwd_sm90.cuh"
+#include "stage_fp8_sm90.cuh"
 
 namespace flashattn::sm90 {
 
@@ -31,30 +32,44 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// A 16-bit (batch, rows, heads, cols) tensor (strides in elements) as boxes of 64 columns x
-// box_rows rows of one head, 128-byte swizzled; varlen (batch == 0): a 3-D (rows, heads, cols)
-// map. Reads past the extents (rows, columns past the head dim) give zeros.
-template <typename Element>
-CUtensorMap tensor_map(const void* ptr, int cols, int64_t rows, int heads, int batch,
-                       int64_t row_stride, int64_t head_stride, int64_t batch_stride,
-                       int box_rows) {
+// A (batch, rows, heads, cols) tensor of `type` (elem_bytes each; strides in elements) as boxes
+// of box_cols columns x box_rows rows of one head, swizzled by the box's row bytes (128 or 64);
+// varlen (batch == 0): a 3-D (rows, heads, cols) map. Reads past the extents (rows, columns
+// past the head dim) give zeros.
+inline CUtensorMap tensor_map_of(CUtensorMapDataType type, int elem_bytes, const void* ptr,
+                                 int cols, int64_t rows, int heads, int batch, int64_t row_stride,
+                                 int64_t head_stride, int64_t batch_stride, int box_cols,
+                                 int box_rows) {
   CUtensorMap m;
   const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads),
                               cuuint64_t(batch)};
-  const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2,
-                                 cuuint64_t(batch_stride) * 2};
-  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1}, estr[4] = {1, 1, 1, 1};
-  constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>
-                                            ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t strides[3] = {cuuint64_t(row_stride) * elem_bytes,
+                                 cuuint64_t(head_stride) * elem_bytes,
+                                 cuuint64_t(batch_stride) * elem_bytes};
+  const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1},
+                   estr[4] = {1, 1, 1, 1};
+  const int row_bytes = box_cols * elem_bytes;
   const CUresult r = tensor_map_encoder()(
-      &m, kType, batch == 0 ? 3 : 4, const_cast<void*>(ptr), dims, strides, box, estr,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      &m, type, batch == 0 ? 3 : 4, const_cast<void*>(ptr), dims, strides, box, estr,
+      CU_TENSOR_MAP_INTERLEAVE_NONE,
+      row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("flashattn sm90: cuTensorMapEncodeTiled failed (" +
                              std::to_string(int(r)) + ")");
   return m;
+}
+
+// A 16-bit tensor as boxes of 64 columns x box_rows rows, 128-byte swizzled.
+template <typename Element>
+CUtensorMap tensor_map(const void* ptr, int cols, int64_t rows, int heads, int batch,
+                       int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                       int box_rows) {
+  constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>
+                                            ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return tensor_map_of(kType, 2, ptr, cols, rows, heads, batch, row_stride, head_stride,
+                       batch_stride, 64, box_rows);
 }
 
 inline bool aligned_to(const void* x, int bytes) {
@@ -91,9 +106,17 @@ inline bool sm90_tma_o_enabled() { return !env_is("FLASHATTN_SM90_TMA_O", '0'); 
 // FLASHATTN_SM90_SHORT_LOCAL=0 turns it off (read per call, for the A/B).
 inline bool sm90_short_local_enabled() { return !env_is("FLASHATTN_SM90_SHORT_LOCAL", '0'); }
 
+// The head-dim variant of a call: its head dims' (FP8: rounded up to multiples of 8, the
+// staging pass and the epilogue take any) first variant, -1 when none holds them.
+inline int fwd_variant_of_call(const FwdParams& p) {
+  if (p.dtype == DType::kFloat8E4M3)
+    return fwd_variant((p.headdim + 7) / 8 * 8, (p.headdim_v + 7) / 8 * 8);
+  return fwd_variant(p.headdim, p.headdim_v);
+}
+
 // The tile of a block-sparse call (run_fwd_hdim; block_m 0: none).
 inline FwdTile fwd_sparse_tile_of_call(const FwdParams& p) {
-  const int v = fwd_variant(p.headdim, p.headdim_v);
+  const int v = fwd_variant_of_call(p);
   return fwd_tile_sparse(kFwdHeadDimsQK[v], kFwdHeadDimsV[v],
                          p.window_left >= 0 || p.window_right >= 0);
 }
@@ -108,7 +131,7 @@ inline const char* fwd_sparse_unsupported(const FwdParams& p) {
   return "a block mask (this build has no sm90 block-sparse kernels)";
 #endif
   if (p.is_varlen) return "a block mask on varlen batches (not yet: the sm80 kernels run it)";
-  if (fwd_variant(p.headdim, p.headdim_v) < 0) return nullptr;  // named below
+  if (fwd_variant_of_call(p) < 0) return nullptr;  // named below
   const FwdTile t = fwd_sparse_tile_of_call(p);
   if (t.block_m == 0)
     return "a block mask at these head dims (no sm90 block-sparse tile yet: d 192 with v "
@@ -125,15 +148,30 @@ inline int64_t fwd_sparse_list_cap(const FwdParams& p, int block_n) {
   return p.kv_num_blocks == nullptr ? 0 : int64_t(p.n_kblocks) * (p.block_n / block_n);
 }
 
+// FP8 (issue 14): any strides and head dims up to 256 (the staging pass packs what TMA cannot
+// read: stage_fp8_sm90.cuh), out bf16 or fp16 at any strides (2-byte stores where 4-byte ones
+// do not fit).
 inline const char* fwd_unsupported(const FwdParams& p) {
-  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16)
-    return "dtype (it takes float16 and bfloat16)";
+  const bool fp8 = p.dtype == DType::kFloat8E4M3;
+  if (fp8) {
+#ifdef FLASHATTN_DISABLE_FP8
+    return "FP8 (this build has no FP8 kernels: FLASHATTN_DISABLE_FP8)";
+#endif
+    if (p.out_dtype != DType::kBFloat16 && p.out_dtype != DType::kFloat16)
+      return "an FP8 call's out dtype (it takes bfloat16 and float16)";
+    if (p.dropout_threshold > 0 || p.kv_num_blocks != nullptr || p.sink_ptr != nullptr ||
+        p.alibi_slopes != nullptr)
+      return "FP8 with dropout, a block mask, a sink or ALiBi (the API refuses them)";
+  } else if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
+    return "dtype (it takes float16, bfloat16 and float8_e4m3fn)";
+  }
   if (const char* why = fwd_sparse_unsupported(p)) return why;
   if (p.dropout_threshold > 0 && !sm90_dropout_enabled())
     return "dropout (FLASHATTN_SM90_DROPOUT=0 turns the sm90 dropout forward off; the sm80 "
            "kernels run dropout)";
-  if (fwd_variant(p.headdim, p.headdim_v) < 0)
-    return "head dim (it takes qk and v head dims that are multiples of 8, up to 256)";
+  if (fwd_variant_of_call(p) < 0)
+    return fp8 ? "head dim (FP8: qk and v head dims up to 256)"
+               : "head dim (it takes qk and v head dims that are multiples of 8, up to 256)";
   if (p.nheads_k < 1 || p.nheads % p.nheads_k != 0) return "nheads not a multiple of nheads_k";
   if (p.nheads > 65535 || p.batch > 65535) return "more than 65535 heads or batch entries";
   if (p.is_varlen && (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr))
@@ -142,6 +180,7 @@ inline const char* fwd_unsupported(const FwdParams& p) {
     return "2^31 rows or more (TMA coordinates are int32)";
   if ((int64_t(p.seqlen_q) + 63) / 64 * p.nheads * p.batch > INT32_MAX)
     return "2^31 query tiles or more";
+  if (fp8) return nullptr;  // strides and alignment: staged (q, k, v) or per store (out)
   if (!aligned_to(p.q_ptr, 16) || !aligned_to(p.k_ptr, 16) || !aligned_to(p.v_ptr, 16))
     return "q, k or v not 16-byte aligned (TMA)";
   if (!strides_ok(p.q_row_stride, p.q_head_stride, p.q_batch_stride, 8) ||
@@ -165,33 +204,66 @@ struct FwdGrid {
 };
 
 // One launch of the kernel of a given shape (the self-test times several).
+// The FP8 kernels' V^T (stage_fp8_sm90.cuh): its bytes and row pitch.
+struct Fp8VT {
+  const uint8_t* ptr = nullptr;
+  int64_t pitch = 0;
+};
+
+// The tensor maps of a call: 16-bit q / k / v boxes of 64 columns; FP8 q / k boxes of
+// kQKChunkCols bytes and V^T's of 128 keys x kDv columns (the staged pointers).
+template <class Cfg, typename Element>
+FwdMaps fwd_maps(const FwdParams& p, const Fp8VT& vt) {
+  const int64_t rows_q = p.is_varlen ? p.total_q : p.seqlen_q;
+  const int64_t rows_k = p.is_varlen ? p.total_k : p.seqlen_k;
+  const int batch = p.is_varlen ? 0 : p.batch;  // 0: a 3-D map
+  if constexpr (Cfg::kFp8) {
+    constexpr CUtensorMapDataType kU8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    const CUtensorMap q_map =
+        tensor_map_of(kU8, 1, p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
+                      p.q_head_stride, p.q_batch_stride, Cfg::kQKChunkCols, Cfg::kBM);
+    if (rows_k <= 0) return FwdMaps{q_map, q_map, q_map, q_map};
+    const int64_t vt_head = int64_t(p.headdim_v) * vt.pitch;
+    return FwdMaps{q_map,
+                   tensor_map_of(kU8, 1, p.k_ptr, p.headdim, rows_k, p.nheads_k, batch,
+                                 p.k_row_stride, p.k_head_stride, p.k_batch_stride,
+                                 Cfg::kQKChunkCols, Cfg::kBN),
+                   tensor_map_of(kU8, 1, vt.ptr, static_cast<int>(vt.pitch), p.headdim_v,
+                                 p.nheads_k, batch, vt.pitch, vt_head, vt_head * p.nheads_k,
+                                 Cfg::kVChunkB, Cfg::kDv),
+                   q_map};
+  } else {
+    (void)vt;
+    const CUtensorMap q_map =
+        tensor_map<Element>(p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
+                            p.q_head_stride, p.q_batch_stride, Cfg::kBM);
+    // No keys: every row gets O = 0 and lse = -inf and nothing is loaded, but a tensor map
+    // needs extents >= 1 and an address: q's stands in for the empty k and v.
+    if (rows_k <= 0) return FwdMaps{q_map, q_map, q_map, q_map};
+    return FwdMaps{q_map,
+                   tensor_map<Element>(p.k_ptr, p.headdim, rows_k, p.nheads_k, batch,
+                                       p.k_row_stride, p.k_head_stride, p.k_batch_stride,
+                                       Cfg::kBN),
+                   tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch,
+                                       p.v_row_stride, p.v_head_stride, p.v_batch_stride,
+                                       Cfg::kBN),
+                   q_map};
+  }
+}
+
 template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
           bool Is_sparse = false>
-void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) {
+void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g,
+                            const Fp8VT& vt = {}) {
   if (const char* why = fwd_unsupported(p))
     throw std::runtime_error(std::string("flashattn sm90 fwd: unsupported call: ") + why);
   if (p.headdim > Cfg::kD || p.headdim_v > Cfg::kDv)
     throw std::runtime_error("flashattn sm90 fwd: head dims above the kernel's");
   const int64_t rows_q = p.is_varlen ? p.total_q : p.seqlen_q;
-  const int64_t rows_k = p.is_varlen ? p.total_k : p.seqlen_k;
   if (p.seqlen_q <= 0 || rows_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
-  const int batch = p.is_varlen ? 0 : p.batch;  // 0: a 3-D map
-  const CUtensorMap q_map =
-      tensor_map<Element>(p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
-                          p.q_head_stride, p.q_batch_stride, Cfg::kBM);
-  // No keys: every row gets O = 0 and lse = -inf and nothing is loaded, but a tensor map
-  // needs extents >= 1 and an address: q's stands in for the empty k and v.
-  FwdMaps maps =
-      rows_k <= 0
-          ? FwdMaps{q_map, q_map, q_map, q_map}
-          : FwdMaps{q_map,
-                    tensor_map<Element>(p.k_ptr, p.headdim, rows_k, p.nheads_k, batch,
-                                        p.k_row_stride, p.k_head_stride, p.k_batch_stride,
-                                        Cfg::kBN),
-                    tensor_map<Element>(p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch,
-                                        p.v_row_stride, p.v_head_stride, p.v_batch_stride,
-                                        Cfg::kBN),
-                    q_map};
+  if (Cfg::kFp8 != (p.dtype == DType::kFloat8E4M3) || (Cfg::kFp8 && vt.ptr == nullptr))
+    throw std::runtime_error("flashattn sm90 fwd: an FP8 call needs the FP8 kernel and its V^T");
+  FwdMaps maps = fwd_maps<Cfg, Element>(p, vt);
   // The epilogue's TMA store (kTmaO): padded calls (varlen boxes would cross into the next
   // sequence) with a TMA-addressable out.
   const bool tma_o = Cfg::kTmaO && !p.is_varlen && sm90_tma_o_enabled() &&
@@ -234,8 +306,13 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g) 
   const int group = deal == kDealPairs
                         ? 1
                         : static_cast<int>(std::min<int64_t>(g.group > 0 ? g.group : 1, pairs));
+  // FP8's out (any strides, any head dim): 2-byte stores where the 4-byte ones of whole n8
+  // blocks would be misaligned or cross the head dim.
+  const bool o_halves = Cfg::kFp8 && !(p.headdim_v % 8 == 0 && aligned_to(p.o_ptr, 4) &&
+                                       strides_ok(p.o_row_stride, p.o_head_stride,
+                                                  p.o_batch_stride, 2));
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
-      p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0);
+      p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0, o_halves ? 1 : 0);
   FLASHATTN_LAUNCH_CHECK();
 }
 
@@ -325,6 +402,35 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
     else
       launch_fwd_sm90<FwdConfigOf<kD, kDv, false>, Element>(p, stream);
   }
+}
+
+// The FP8 forward of the (kD, kDv) variant, out in Out (bf16 / fp16): the staging pass
+// (stage_fp8_sm90.cuh) into the workspace (fwd_workspace), then the FP8 kernel (the score
+// transform's variant for softcap), one tile shape for every mask.
+template <int kD, int kDv, typename Out>
+void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
+#ifdef FLASHATTN_DISABLE_FP8
+  (void)p, (void)stream;
+  throw std::runtime_error("flashattn sm90 fwd: built with FLASHATTN_DISABLE_FP8");
+#else
+  using Cfg = FwdConfigFp8<kD, kDv>;
+  const Fp8Stage st = fp8_stage_of(p);
+  if (p.workspace_f32 == nullptr || p.workspace_f32_elems * 4 < st.total)
+    throw std::runtime_error("flashattn sm90 fwd: the FP8 call's workspace is missing or short");
+  uint8_t* ws = reinterpret_cast<uint8_t*>(p.workspace_f32);
+  run_fp8_stage(p, st, ws, stream);
+  const FwdParams q = fp8_staged_params(p, st, ws);
+  const Fp8VT vt{ws, st.vt_pitch};
+  if (fwd_score_mod(q)) launch_fwd_sm90_kernel<Cfg, Out, true>(q, stream, {}, vt);
+  else launch_fwd_sm90_kernel<Cfg, Out, false>(q, stream, {}, vt);
+#endif
+}
+
+// The workspace of a forward call: FP8's staged inputs (f32 elements), none otherwise.
+inline WorkspaceSizes fwd_workspace_of(const FwdParams& p) {
+  WorkspaceSizes w;
+  if (p.dtype == DType::kFloat8E4M3) w.f32_elems = (fp8_stage_of(p).total + 3) / 4;
+  return w;
 }
 
 // The largest shared memory any kernel of the variant takes (the device check).

@@ -133,14 +133,22 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 // step of 16 elements within a 128-byte row moves start by 32 bytes.
 // MN-major (B = V): lbo = bytes between 64-element column chunks, sbo = bytes between
 // 8-row (K) groups.
-__device__ __forceinline__ uint64_t gmma_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes,
-                                                    uint32_t sbo_bytes) {
+// kSwizzle: the rows' bytes, 128 (the layout above) or 64 (TMA SWIZZLE_64B: 8-row atoms of 512
+// bytes; the FP8 forward's 64-byte rows).
+template <int kSwizzle>
+__device__ __forceinline__ uint64_t gmma_desc_swz(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                  uint32_t sbo_bytes) {
+  static_assert(kSwizzle == 128 || kSwizzle == 64, "the 128- or 64-byte swizzle");
   uint64_t desc = 0;
   desc |= uint64_t((smem_addr & 0x3FFFF) >> 4);
   desc |= uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16;
   desc |= uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32;
-  desc |= uint64_t(1) << 62;  // 128-byte swizzle
+  desc |= uint64_t(kSwizzle == 128 ? 1 : 2) << 62;  // the layout type: 1 128-byte, 2 64-byte
   return desc;
+}
+__device__ __forceinline__ uint64_t gmma_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                    uint32_t sbo_bytes) {
+  return gmma_desc_swz<128>(smem_addr, lbo_bytes, sbo_bytes);
 }
 // A WGMMA descriptor moved `bytes` on in shared memory: the start-address field is the low 14
 // bits (address / 16) and shared addresses stay below 256 KB, so a plain add cannot carry out.
@@ -161,6 +169,19 @@ __device__ __forceinline__ uint32_t pack_x2(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
   }
+}
+
+// Four floats as four e4m3 (x0 in the low byte), rounded to nearest and saturated to +-448 (the
+// FP8 forward's P, in [0, 256]): one e4m3 A-operand register of a k32 WGMMA.
+__device__ __forceinline__ uint32_t pack_e4m3_x4(float x0, float x1, float x2, float x3) {
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"  // (upper, lower) = (x1, x0)
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
 }
 
 // ---- warpgroup MMA sequencing ----

@@ -8,6 +8,9 @@ namespace flashattn::sm90 {
 
 // Why the sm90 forward does not take this call on the current device (nullptr: it does).
 const char* fwd_unsupported_here(const FwdParams& params);
+// The forward's workspace (FP8 calls: the staged inputs, stage_fp8_sm90.cuh; none otherwise),
+// allocated by the API (zeroed for varlen calls) into workspace_f32.
+WorkspaceSizes fwd_workspace(const FwdParams& params);
 void run_fwd(const FwdParams& params, void* stream);
 
 // The backward (buckets 64 and 128; the sm80 workspace of sm80::bwd_workspace): why it does

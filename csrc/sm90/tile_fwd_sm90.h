@@ -96,22 +96,40 @@ constexpr bool fwd_v_late(int d, int dv) { return d <= 128 && dv <= 128; }
 
 // Shared memory of a tile but the output's staging area: Q, the K and V stages (each a
 // 1024-aligned tile of 64-column chunks), 128 bytes of mbarriers, 1024 of alignment slack.
-constexpr int fwd_ring_bytes(FwdTile t, int d, int dv) {
-  return t.block_m * d * 2 + t.stages * t.block_n * (d + dv) * 2 + 128 + 1024;
+// eb: the bytes of an input element (2; the FP8 forward 1).
+constexpr int fwd_ring_bytes(FwdTile t, int d, int dv, int eb = 2) {
+  return t.block_m * d * eb + t.stages * t.block_n * (d + dv) * eb + 128 + 1024;
 }
 
 // The output's staging area for the TMA store of the epilogue (kernel_fwd_sm90.cuh, kTmaO):
 // block_m x dv, where it fits beside the tile with 8 KB to spare for a block mask's lists
 // (d64's 192 x 128 and 128 x 128, d128's 128 x 128); 0 elsewhere (the long-key 128 x 176,
 // d192, d256: their epilogue stores from registers).
-constexpr int fwd_o_stage_bytes(FwdTile t, int d, int dv) {
+// (The output is 16-bit with FP8 inputs too.)
+constexpr int fwd_o_stage_bytes(FwdTile t, int d, int dv, int eb = 2) {
   const int o = t.block_m * dv * 2;
-  return fwd_ring_bytes(t, d, dv) + o + 8192 <= 232448 ? o : 0;
+  return fwd_ring_bytes(t, d, dv, eb) + o + 8192 <= 232448 ? o : 0;
 }
 
 // Shared memory of a tile: fwd_ring_bytes and the output's staging area (fwd_o_stage_bytes).
-constexpr int fwd_smem_bytes(FwdTile t, int d, int dv) {
-  return fwd_ring_bytes(t, d, dv) + fwd_o_stage_bytes(t, d, dv);
+constexpr int fwd_smem_bytes(FwdTile t, int d, int dv, int eb = 2) {
+  return fwd_ring_bytes(t, d, dv, eb) + fwd_o_stage_bytes(t, d, dv, eb);
+}
+
+// The FP8 (e4m3) forward's tiles (kernel_fwd_sm90.cuh's kFp8, issue 14): 128 keys a step (one
+// 128-byte row of V^T per head-dim column, the K-major B of P V), the bf16 kernels' query
+// blocks and schedules at d <= 128 (d64: three consumer warpgroups, one P buffer); d > 128 two
+// warpgroups without ping-pong; dv 256 64 keys a step (64-byte V^T rows): at 128 its 128
+// accumulator registers a thread spilled 28 / 72 bytes (plain / softcap), 28 / 268 with one P
+// buffer. Written 2026-12-04 (third session) without a GPU: untimed starting points.
+#ifndef FLASHATTN_SM90_FP8_D256_BN  // the d256 FP8 tile's keys a step (64 or 128)
+#define FLASHATTN_SM90_FP8_D256_BN 64
+#endif
+constexpr FwdTile fwd_tile_fp8(int d, int dv) {
+  return d <= 64    ? FwdTile{192, 128, 2, kPingPong}
+         : d <= 128 ? FwdTile{128, 128, 2, kPingPong}
+         : dv <= 192 ? FwdTile{128, 128, 2, kOverlap}
+                     : FwdTile{128, FLASHATTN_SM90_FP8_D256_BN, 2, kOverlap};
 }
 
 // Block-sparse calls (kernel_fwd_sm90.cuh's Is_sparse): a tile that divides 128 x 128 blocks,

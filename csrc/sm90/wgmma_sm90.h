@@ -3,6 +3,9 @@
 //   wgmma.mma_async.sync.aligned.m64n<N>k16.f32.<t>.<t> {d...}, a, desc_b, p, 1, 1[, tA], tB;
 // ss: A from shared memory through a descriptor (K-major); rs: A in four registers holding
 // the accumulator layout of an earlier MMA packed two per register. scale_d = 0: D = A * B.
+// ss_e4m3 / rs_e4m3: m64n<N>k32.f32.e4m3.e4m3 (A 64 x 32, B N x 32, both K-major: 8-bit
+// WGMMAs take no transpose); rs_e4m3's four registers hold four e4m3 each (the k32 A fragment:
+// register r, byte i = row g + 8 (r & 1), column 4 (lane % 4) + i + 16 (r >> 1)).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -48,6 +51,22 @@ struct Wgmma<32> {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_32("bf16.bf16");
     else FLASHATTN_WGMMA_RS_32("f16.f16");
   }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[16], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_32
+                 "}, %16, %17, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_32
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[16], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_32
+                 "}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_32
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
 };
 #undef FLASHATTN_WGMMA_SS_32
 #undef FLASHATTN_WGMMA_RS_32
@@ -90,6 +109,22 @@ struct Wgmma<64> {
                                             uint64_t desc_b, int scale_d) {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_64("bf16.bf16");
     else FLASHATTN_WGMMA_RS_64("f16.f16");
+  }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[32], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_64
+                 "}, %32, %33, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_64
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[32], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_64
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
   }
 };
 #undef FLASHATTN_WGMMA_SS_64
@@ -136,6 +171,22 @@ struct Wgmma<80> {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_80("bf16.bf16");
     else FLASHATTN_WGMMA_RS_80("f16.f16");
   }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[40], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n80k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_80
+                 "}, %40, %41, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_80
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[40], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n80k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_80
+                 "}, {%40, %41, %42, %43}, %44, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_80
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
 };
 #undef FLASHATTN_WGMMA_SS_80
 #undef FLASHATTN_WGMMA_RS_80
@@ -181,6 +232,22 @@ struct Wgmma<96> {
                                             uint64_t desc_b, int scale_d) {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_96("bf16.bf16");
     else FLASHATTN_WGMMA_RS_96("f16.f16");
+  }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[48], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_96
+                 "}, %48, %49, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_96
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[48], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_96
+                 "}, {%48, %49, %50, %51}, %52, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_96
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
   }
 };
 #undef FLASHATTN_WGMMA_SS_96
@@ -231,6 +298,22 @@ struct Wgmma<112> {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_112("bf16.bf16");
     else FLASHATTN_WGMMA_RS_112("f16.f16");
   }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[56], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n112k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_112
+                 "}, %56, %57, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_112
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[56], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n112k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_112
+                 "}, {%56, %57, %58, %59}, %60, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_112
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
 };
 #undef FLASHATTN_WGMMA_SS_112
 #undef FLASHATTN_WGMMA_RS_112
@@ -280,6 +363,22 @@ struct Wgmma<128> {
                                             uint64_t desc_b, int scale_d) {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_128("bf16.bf16");
     else FLASHATTN_WGMMA_RS_128("f16.f16");
+  }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[64], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_128
+                 "}, %64, %65, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_128
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[64], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_128
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_128
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
   }
 };
 #undef FLASHATTN_WGMMA_SS_128
@@ -332,6 +431,22 @@ struct Wgmma<144> {
                                             uint64_t desc_b, int scale_d) {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_144("bf16.bf16");
     else FLASHATTN_WGMMA_RS_144("f16.f16");
+  }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[72], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_144
+                 "}, %72, %73, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_144
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[72], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_144
+                 "}, {%72, %73, %74, %75}, %76, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_144
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
   }
 };
 #undef FLASHATTN_WGMMA_SS_144
@@ -386,6 +501,22 @@ struct Wgmma<160> {
                                             uint64_t desc_b, int scale_d) {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_160("bf16.bf16");
     else FLASHATTN_WGMMA_RS_160("f16.f16");
+  }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[80], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_160
+                 "}, %80, %81, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_160
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[80], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_160
+                 "}, {%80, %81, %82, %83}, %84, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_160
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
   }
 };
 #undef FLASHATTN_WGMMA_SS_160
@@ -443,6 +574,22 @@ struct Wgmma<176> {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_176("bf16.bf16");
     else FLASHATTN_WGMMA_RS_176("f16.f16");
   }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[88], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n176k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_176
+                 "}, %88, %89, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_176
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[88], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %93, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n176k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_176
+                 "}, {%88, %89, %90, %91}, %92, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_176
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
 };
 #undef FLASHATTN_WGMMA_SS_176
 #undef FLASHATTN_WGMMA_RS_176
@@ -499,6 +646,22 @@ struct Wgmma<192> {
                                             uint64_t desc_b, int scale_d) {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_192("bf16.bf16");
     else FLASHATTN_WGMMA_RS_192("f16.f16");
+  }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[96], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_192
+                 "}, %96, %97, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_192
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[96], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_192
+                 "}, {%96, %97, %98, %99}, %100, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_192
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
   }
 };
 #undef FLASHATTN_WGMMA_SS_192
@@ -565,6 +728,22 @@ struct Wgmma<256> {
     if constexpr (std::is_same_v<Element, __nv_bfloat16>) FLASHATTN_WGMMA_RS_256("bf16.bf16");
     else FLASHATTN_WGMMA_RS_256("f16.f16");
   }
+  static __device__ __forceinline__ void ss_e4m3(float (&d)[128], uint64_t desc_a,
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_256
+                 "}, %128, %129, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_256
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  static __device__ __forceinline__ void rs_e4m3(float (&d)[128], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" FLASHATTN_WGMMA_REGS_256
+                 "}, {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+                 : FLASHATTN_WGMMA_OPS_256
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
 };
 #undef FLASHATTN_WGMMA_SS_256
 #undef FLASHATTN_WGMMA_RS_256
@@ -583,6 +762,17 @@ template <bool kTransB, typename Element, int kRegs>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kRegs], const uint32_t (&a)[4],
                                          uint64_t desc_b, int scale_d) {
   Wgmma<2 * kRegs>::template rs<kTransB, Element>(d, a, desc_b, scale_d);
+}
+// The e4m3 forms (k32): A and B K-major.
+template <int kRegs>
+__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[kRegs], uint64_t desc_a,
+                                              uint64_t desc_b, int scale_d) {
+  Wgmma<2 * kRegs>::ss_e4m3(d, desc_a, desc_b, scale_d);
+}
+template <int kRegs>
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[kRegs], const uint32_t (&a)[4],
+                                              uint64_t desc_b, int scale_d) {
+  Wgmma<2 * kRegs>::rs_e4m3(d, a, desc_b, scale_d);
 }
 
 }  // namespace flashattn::sm90

@@ -1,0 +1,135 @@
+// The FP8 forward's staging pass (issue 14; kernel_fwd_sm90.cuh's kFp8), run before the
+// kernel on its stream, into the workspace the API allocates (fwd_workspace): V^T always, Q
+// and K where TMA cannot read them in place (the layouts: fp8_layout_sm90.h).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
+
+#include "../common/cuda_check.h"
+#include "fp8_layout_sm90.h"
+
+namespace flashattn::sm90 {
+
+// One block: 64 keys x 64 head-dim columns of one (sequence, KV head) a step, grid-striding
+// over the sequence's keys (blockIdx.y) up to its length rounded to 32. kWords: v's address,
+// strides and headdim_v are multiples of 4 (4-byte loads), else byte loads.
+template <bool kWords>
+__global__ void __launch_bounds__(256)
+    fp8_vt_kernel(const __grid_constant__ FwdParams p, uint8_t* vt, int64_t pitch) {
+  __shared__ uint32_t tile[64][17];  // [key][4 columns], one word of padding a row
+  const int hk = static_cast<int>(blockIdx.x % p.nheads_k), b = static_cast<int>(blockIdx.x / p.nheads_k);
+  const SeqInfo si = seq_info(p, b);
+  const int len32 = (si.seqlen_k + 31) & ~31, c0 = blockIdx.z * 64;
+  const uint8_t* v = static_cast<const uint8_t*>(p.v_ptr) + b * p.v_batch_stride +
+                     hk * p.v_head_stride + si.k_row0 * p.v_row_stride;
+  uint8_t* out = vt + (p.is_varlen ? int64_t(hk) * p.headdim_v * pitch + vt_seq_col0(si.k_row0, b)
+                                   : (int64_t(b) * p.nheads_k + hk) * p.headdim_v * pitch);
+  for (int k0 = blockIdx.y * 64; k0 < len32; k0 += gridDim.y * 64) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int w = threadIdx.x + 256 * i, r = w / 16, col = c0 + (w % 16) * 4, key = k0 + r;
+      uint32_t x = 0;
+      if (key < si.seqlen_k && col < p.headdim_v) {
+        const uint8_t* src = v + int64_t(key) * p.v_row_stride + col;
+        if constexpr (kWords) {
+          x = *reinterpret_cast<const uint32_t*>(src);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (col + j < p.headdim_v) x |= uint32_t(src[j]) << (8 * j);
+        }
+      }
+      tile[r][w % 16] = x;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int w = threadIdx.x + 256 * i, c = w / 16, m = w % 16;  // column c0 + c, keys 4 m..
+      if (c0 + c < p.headdim_v && k0 + 4 * m < len32) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)  // k0 is a multiple of 64: the tile's own groups of 32
+          word |= ((tile[vt_key_of(4 * m + j)][c / 4] >> (8 * (c % 4))) & 0xffu) << (8 * j);
+        *reinterpret_cast<uint32_t*>(out + int64_t(c0 + c) * pitch + k0 + 4 * m) = word;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Rows of a (rows, heads, cols) byte tensor at (row, head) strides -> a packed copy of pitch
+// bytes a (row, head); padded batches count rows b * seqlen + i (the batch stride given).
+__global__ void __launch_bounds__(256)
+    fp8_pack_rows_kernel(const uint8_t* src, int64_t rows, int seqlen, int heads, int cols,
+                         int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                         uint8_t* dst, int64_t pitch) {
+  const int64_t n = rows * heads * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(i % cols);
+    const int64_t rh = i / cols, r = rh / heads;
+    const int h = static_cast<int>(rh % heads);
+    const int64_t b = seqlen > 0 ? r / seqlen : 0, s = seqlen > 0 ? r % seqlen : r;
+    dst[rh * pitch + c] = src[b * batch_stride + s * row_stride + h * head_stride + c];
+  }
+}
+
+// The staging pass of a call: V^T always, Q / K where fp8_stage_of says so. ws: the workspace
+// (at least s.total bytes, zeroed for varlen calls).
+inline void run_fp8_stage(const FwdParams& p, const Fp8Stage& s, uint8_t* ws,
+                          cudaStream_t stream) {
+  if (p.nheads_k <= 0 || p.batch <= 0 || p.headdim_v <= 0) return;
+  const int64_t pairs = int64_t(p.batch) * p.nheads_k;
+  if (pairs > INT32_MAX) throw std::runtime_error("flashattn sm90 fp8: 2^31 (batch, KV head) pairs or more");
+  const int64_t key_tiles = (int64_t(p.seqlen_k) + 63) / 64;
+  const dim3 grid(static_cast<unsigned>(pairs),
+                  static_cast<unsigned>(key_tiles < 1 ? 1 : key_tiles > 65535 ? 65535 : key_tiles),
+                  static_cast<unsigned>((p.headdim_v + 63) / 64));
+  const bool words = reinterpret_cast<uintptr_t>(p.v_ptr) % 4 == 0 && p.v_row_stride % 4 == 0 &&
+                     p.v_head_stride % 4 == 0 && p.v_batch_stride % 4 == 0 && p.headdim_v % 4 == 0;
+  if (words) fp8_vt_kernel<true><<<grid, 256, 0, stream>>>(p, ws, s.vt_pitch);
+  else fp8_vt_kernel<false><<<grid, 256, 0, stream>>>(p, ws, s.vt_pitch);
+  FLASHATTN_LAUNCH_CHECK();
+  auto pack = [&](const void* src, int64_t rows, int seqlen, int heads, int64_t rs, int64_t hs,
+                  int64_t bs, uint8_t* dst, int64_t pitch) {
+    const int64_t n = rows * heads * p.headdim;
+    if (n <= 0) return;
+    const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535 * 8);
+    fp8_pack_rows_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        static_cast<const uint8_t*>(src), rows, seqlen, heads, p.headdim, rs, hs, bs, dst, pitch);
+    FLASHATTN_LAUNCH_CHECK();
+  };
+  if (s.q)
+    pack(p.q_ptr, p.is_varlen ? p.total_q : int64_t(p.batch) * p.seqlen_q,
+         p.is_varlen ? 0 : p.seqlen_q, p.nheads, p.q_row_stride, p.q_head_stride,
+         p.q_batch_stride, ws + s.q_off, s.q_pitch);
+  if (s.k)
+    pack(p.k_ptr, p.is_varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k,
+         p.is_varlen ? 0 : p.seqlen_k, p.nheads_k, p.k_row_stride, p.k_head_stride,
+         p.k_batch_stride, ws + s.k_off, s.k_pitch);
+}
+
+// q / k as the kernel reads them after the staging: the staged copies' pointers and strides
+// (elements = bytes) where they were staged.
+inline FwdParams fp8_staged_params(const FwdParams& p, const Fp8Stage& s, uint8_t* ws) {
+  FwdParams q = p;
+  if (s.q) {
+    q.q_ptr = ws + s.q_off;
+    q.q_head_stride = s.q_pitch;
+    q.q_row_stride = s.q_pitch * p.nheads;
+    q.q_batch_stride = p.is_varlen ? 0 : q.q_row_stride * p.seqlen_q;
+  }
+  if (s.k) {
+    q.k_ptr = ws + s.k_off;
+    q.k_head_stride = s.k_pitch;
+    q.k_row_stride = s.k_pitch * p.nheads_k;
+    q.k_batch_stride = p.is_varlen ? 0 : q.k_row_stride * p.seqlen_k;
+  }
+  return q;
+}
+
+}  // namespace flashattn::sm90
