@@ -30,9 +30,10 @@ const char* bwd_unsupported_here(const BwdParams& p) {
   if (current_device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
       current_device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
     return "the device (sm90 kernels run on compute capability 9.0 only)";
-  const int bucket = headdim_bucket(p.headdim, p.headdim_v);
-  if (bucket != 64 && bucket != 128 && bucket != 256)
-    return "head dims outside the 64, 128 and 256 buckets (not yet)";
+  const int bucket = sm90_bwd_kernel_dim(p);
+  if (bucket == 0)
+    return "head dims outside the 64, 128 and 256 buckets (96 and 192 on the next kernel up "
+           "under FLASHATTN_SM90_BWD_PAD=1, untimed)";
   int64_t smem = BwdConfigD256::kSmem;  // the d 256 kernel takes no block mask
   if (bucket == 256) {
     if (const char* why = bwd_d256_unsupported(p)) return why;
@@ -50,8 +51,7 @@ const char* bwd_unsupported_here(const BwdParams& p) {
 }
 
 WorkspaceSizes bwd_workspace(const BwdParams& p) {
-  const sm80::BwdWorkspaceLayout w =
-      sm80::bwd_workspace_layout(p, headdim_bucket(p.headdim, p.headdim_v));
+  const sm80::BwdWorkspaceLayout w = sm80::bwd_workspace_layout(p, sm90_bwd_kernel_dim(p));
   return WorkspaceSizes{w.f32_elems, w.i32_elems};
 }
 
@@ -61,7 +61,7 @@ void run_bwd(const BwdParams& p, void* stream) {
       (need.f32_elems > 0 && p.workspace_f32 == nullptr))
     throw std::runtime_error("flashattn sm90 bwd: workspace smaller than bwd_workspace()");
   auto s = static_cast<cudaStream_t>(stream);
-  const int bucket = headdim_bucket(p.headdim, p.headdim_v);
+  const int bucket = sm90_bwd_kernel_dim(p);
   FLASHATTN_FP16_SWITCH(p.dtype, "flashattn sm90 bwd", [&] {
     if constexpr (headdim_built(64)) {
       if (bucket == 64) return run_bwd_hdim<64, 64, Element>(p, s);

@@ -60,6 +60,18 @@ inline int64_t bwd_sparse_smem_bytes(const BwdParams& p, int64_t cap) {
 // backwards to sm80.
 inline bool sm90_det_bwd_enabled() { return env_is("FLASHATTN_SM90_DET_BWD", '1'); }
 
+// The sm90 kernel (64, 128 or 256; 0: none) of a call's head-dim bucket: its own, and with
+// FLASHATTN_SM90_BWD_PAD=1 (read per call) the buckets 96 and 192 (qk = v) on the next kernel
+// up, its columns past the head dim zero (4 / 3 the MMA work of a kernel of their own; the sm80
+// backward runs them otherwise). Written 2026-12-04 (third session) without a GPU: off until
+// its tests pass and a timing against sm80 says it pays.
+inline int sm90_bwd_kernel_dim(const BwdParams& p) {
+  const int b = headdim_bucket(p.headdim, p.headdim_v);
+  if (b == 64 || b == 128 || b == 256) return b;
+  if (!env_is("FLASHATTN_SM90_BWD_PAD", '1') || p.headdim != p.headdim_v) return 0;
+  return b == 96 ? 128 : b == 192 ? 256 : 0;
+}
+
 // Softcap and / or ALiBi: the kernels' Has_score_mod variant (bwd_score_mod).
 inline bool bwd_score_mod_call(const BwdParams& p) {
   return p.softcap > 0.f || p.alibi_slopes != nullptr;
@@ -74,8 +86,8 @@ inline const char* bwd_unsupported(const BwdParams& p, int kD) {
     return "dropout (FLASHATTN_SM90_DROPOUT_BWD=0 turns the sm90 dropout backward off; the sm80 "
            "backward runs it)";
   if (const char* why = bwd_sparse_unsupported(p)) return why;
-  // The fp32 accumulators' rows are the sm80 bucket long (bwd_workspace_layout).
-  if (headdim_bucket(p.headdim, p.headdim_v) != kD)
+  // The fp32 accumulators' rows are kD long (bwd_workspace_layout of the kernel's bucket).
+  if (sm90_bwd_kernel_dim(p) != kD)
     return "head dims outside the kernel's bucket (the accumulators' row length)";
   if (!(p.softmax_scale > 0.f)) return "a scale <= 0 (not yet)";
   if (bwd_score_mod_call(p) && (p.dropout_threshold > 0 || p.q_num_blocks != nullptr))
