@@ -1,11 +1,12 @@
 // Host check of the FP8 forward's staged layouts (csrc/sm90/fp8_layout_sm90.h), built and run
 // by tests/test_fp8.py (test_sm90_fp8_stage_layout): vt_col_of / vt_key_of are inverse permutations of each group of
-// 32 keys; every byte of the e4m3 P registers (kFp8PackIdx) holds the row half and the key
+// 32 keys; every byte of the e4m3 P registers (fp8_pack_idx) holds the row half and the key
 // that the k32 A fragment's layout wants at its column (the PTX ISA's: register r, byte i at
 // row g + 8 (r & 1), column 4 (lane % 4) + i + 16 (r >> 1)) once V^T's columns are permuted;
 // each S element of a slab is packed once; over random varlen metadata (malformed included:
-// clamped as seq_info does), the sequences' V^T regions (vt_seq_col0, rounded lengths) are
-// 32-aligned, inside the pitch fp8_stage_of sizes, and disjoint where the sequences are.
+// clamped as seq_info does), the sequences' V^T regions (vt_seq_col0) are 128-aligned, their
+// written keys inside the pitch fp8_stage_of sizes, and, rounded up to 128 keys (the widest
+// key block a tile reads), disjoint where the sequences are.
 // CASES random varlen batches, SEED.
 #include <cstdio>
 #include <cstdlib>
@@ -29,7 +30,9 @@ int main(int argc, char** argv) {
     std::vector<int> used(16, 0);
     for (int r = 0; r < 4; ++r)
       for (int i = 0; i < 4; ++i) {
-        const int idx = kFp8PackIdx[r][i], j = idx / 4, e = idx % 4;
+        constexpr int kTable[4][4] = {{0, 1, 4, 5}, {2, 3, 6, 7}, {8, 9, 12, 13}, {10, 11, 14, 15}};
+        const int idx = fp8_pack_idx(r, i), j = idx / 4, e = idx % 4;
+        if (idx != kTable[r][i]) ++bad;  // the documented table
         ++used[idx];
         const int key = 8 * j + 2 * t + (e & 1);     // the S element's key in the slab
         const int col = 4 * t + i + 16 * (r >> 1);   // the A fragment's column there
@@ -63,14 +66,15 @@ int main(int argc, char** argv) {
     for (int b = 0; b < batch; ++b) {
       const SeqInfo si = seq_info(p, b);
       row0[b] = si.k_row0, len[b] = si.seqlen_k, c0[b] = vt_seq_col0(si.k_row0, b);
+      // The written keys (rounded to 32) stay in the pitch (TMA reads past it as zeros).
       const int64_t end = c0[b] + (len[b] + 31) / 32 * 32;
-      if (c0[b] % 32 != 0 || end > pitch) ++bad;
+      if (c0[b] % 128 != 0 || end > pitch) ++bad;
     }
     // A sequence after another in the batch and in k (well-formed ones) gets a region past
     // the other's (malformed ones may share keys and regions: wrong numbers, in bounds).
     for (int a0 = 0; a0 < batch; ++a0)
       for (int b = a0 + 1; b < batch; ++b)
-        if (row0[b] >= row0[a0] + len[a0] && c0[b] < c0[a0] + (len[a0] + 31) / 32 * 32) ++bad;
+        if (row0[b] >= row0[a0] + len[a0] && c0[b] < c0[a0] + (len[a0] + 127) / 128 * 128) ++bad;
   }
   std::printf("fp8 stage layout: %d cases, %d failures\n", cases, bad);
   return bad == 0 ? 0 : 1;

@@ -6,7 +6,9 @@
 //     padded: vt[((b * nheads_k + hk) * headdim_v + c) * pitch + L], pitch = seqlen_k rounded
 //             up to 32;
 //     varlen: vt[(hk * headdim_v + c) * pitch + vt_seq_col0(k_row0, b) + L], pitch =
-//             total_k rounded up to 32 plus 64 per sequence (disjoint, 32-aligned regions);
+//             total_k rounded up to 128 plus 256 per sequence: disjoint, 128-aligned regions,
+//             each its length rounded up to 128 keys long (the widest key block the kernel
+//             reads; past the rounded length to 32, zeros of the zeroed workspace);
 //   L is the key's column: within each group of 32 keys, key 16 h + 8 a + 2 t + e sits at
 //   column 16 h + 4 t + 2 a + e (vt_col_of), the order of the e4m3 P registers the kernel
 //   packs from its S accumulators without any shuffle (kernel_fwd_sm90.cuh's softmax). The
@@ -38,14 +40,17 @@ FLASHATTN_HOST_DEVICE int vt_key_of(int col) {
 // holds row g + 8 (r & 1) at columns 4 (lane % 4) + i + 16 (r >> 1), i < 4 (byte i); the
 // thread has, of the slab's four n8 blocks of S, element e of block j at row g + 8 (e >> 1),
 // column 8 j + 2 (lane % 4) + (e & 1), stored at s[4 j + e]. Byte i of register r packs
-// s[kFp8PackIdx[r][i]]: row half r & 1, key 16 (r >> 1) + 8 (i >> 1) + 2 (lane % 4) + (i & 1),
-// which vt_key_of puts at column 16 (r >> 1) + 4 (lane % 4) + i.
-inline constexpr int kFp8PackIdx[4][4] = {{0, 1, 4, 5}, {2, 3, 6, 7}, {8, 9, 12, 13},
-                                          {10, 11, 14, 15}};
+// s[fp8_pack_idx(r, i)] ({0, 1, 4, 5}, {2, 3, 6, 7}, {8, 9, 12, 13}, {10, 11, 14, 15}): row
+// half r & 1, key 16 (r >> 1) + 8 (i >> 1) + 2 (lane % 4) + (i & 1), which vt_key_of puts at
+// column 16 (r >> 1) + 4 (lane % 4) + i. (A function: device code may not index a namespace-
+// scope constexpr array.)
+FLASHATTN_HOST_DEVICE constexpr int fp8_pack_idx(int r, int i) {
+  return 8 * (r >> 1) + 2 * (r & 1) + 4 * (i >> 1) + (i & 1);
+}
 
 // Varlen: the first V^T column of sequence b, whose keys start at row k_row0 of k / v.
 FLASHATTN_HOST_DEVICE int64_t vt_seq_col0(int64_t k_row0, int b) {
-  return ((k_row0 + 31) & ~int64_t(31)) + 64 * int64_t(b);
+  return ((k_row0 + 127) & ~int64_t(127)) + 256 * int64_t(b);
 }
 // A descale of (sequence b, KV head hk), 1 without one (params.h).
 FLASHATTN_HOST_DEVICE float fp8_descale(const float* ptr, int64_t batch_stride, int b, int hk) {
@@ -70,7 +75,8 @@ inline Fp8Stage fp8_stage_of(const FwdParams& p) {
   Fp8Stage s;
   const int64_t rows_q = p.is_varlen ? p.total_q : int64_t(p.batch) * p.seqlen_q;
   const int64_t rows_k = p.is_varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
-  s.vt_pitch = p.is_varlen ? round_up(p.total_k, 32) + 64 * int64_t(p.batch) : round_up(p.seqlen_k, 32);
+  s.vt_pitch = p.is_varlen ? round_up(p.total_k, 128) + 256 * int64_t(p.batch)
+                           : round_up(p.seqlen_k, 32);
   s.vt_bytes = int64_t(p.is_varlen ? 1 : p.batch) * p.nheads_k * p.headdim_v * s.vt_pitch;
   s.q = !tma_bytes_ok(p.q_ptr, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
   s.k = !tma_bytes_ok(p.k_ptr, p.k_row_stride, p.k_head_stride, p.k_batch_stride);

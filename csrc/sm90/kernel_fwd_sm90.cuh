@@ -48,7 +48,7 @@ struct FwdMaps {
 // turn (FA4's sm90 order: the producer loads K_{j+1} before V_j, so waiting for both first
 // holds the next QK^T, and the other warpgroup's turn, until V_j lands).
 // kInBytes: 2 (bf16 / fp16 inputs), or 1: the FP8 forward (issue 14; kFp8): Q, K e4m3 by TMA,
-// V as the staging pass's V^T (stage_fp8_sm90.h: 8-bit WGMMAs take K-major operands only),
+// V as the staging pass's V^T (stage_fp8_sm90.cuh: 8-bit WGMMAs take K-major operands only),
 // S = Q K^T and O += P V as k32 e4m3 WGMMAs, P scaled by 2^8 (kFp8PLog2) and rounded to e4m3
 // in registers, the descales folded into the tile's scale and the epilogue; out 16-bit.
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
@@ -85,6 +85,9 @@ struct FwdConfig {
   static constexpr int kKVChunk = kBN * 128, kVChunk = kFp8 ? kDv * kVChunkB : kKVChunk;
   static constexpr int kQBytes = kBM * kD * kInBytes, kKBytes = kBN * kD * kInBytes;
   static constexpr int kVBytes = kBN * kDv * kInBytes;
+  static_assert(kQChunk % 1024 == 0 && kKChunk % 1024 == 0 && kVChunk % 1024 == 0 &&
+                    kQBytes % 1024 == 0 && kKBytes % 1024 == 0 && kVBytes % 1024 == 0,
+                "swizzle atoms (8 rows of 64 or 128 bytes) aligned in every chunk and stage");
   static constexpr int kSmemK = kQBytes, kSmemV = kSmemK + kStages * kKBytes;
   // The output's staging area (tile_fwd_sm90.h's fwd_o_stage_bytes; 0: none): each consumer's
   // 64 x kDv rows as kDv / 64 chunks of 64 rows x 128 bytes, the TMA store's boxes.
@@ -298,7 +301,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int tb = p.is_varlen ? 0 : ti.b;  // TMA rows: q_row0 / k_row0 + r
       const int q_row = static_cast<int>(ti.si.q_row0) + ti.m0;
       const int k_row = static_cast<int>(ti.si.k_row0);
-      // FP8: the sequence's first V^T column (stage_fp8_sm90.h; 0 when padded).
+      // FP8: the sequence's first V^T column (fp8_layout_sm90.h; 0 when padded).
       const int vt_col = kFp8 && p.is_varlen ? static_cast<int>(vt_seq_col0(ti.si.k_row0, ti.b)) : 0;
       auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
                       int head) {
@@ -326,7 +329,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
           for (int c = 0; c < Cfg::kQKChunks; ++c)
             load(dst + c * Cfg::kKChunk, &maps.k, full, c * Cfg::kQKChunkCols, k_row + n0, ti.hk);
-        } else if constexpr (kFp8) {  // V^T: (key, head-dim column) boxes of 128 x kDv
+        } else if constexpr (kFp8) {  // V^T: (key, head-dim column) boxes of kVChunkB x kDv
 #pragma unroll
           for (int c = 0; c < Cfg::kVChunks; ++c)
             load(dst + c * Cfg::kVChunk, &maps.v, full, vt_col + n0 + Cfg::kVChunkB * c, 0, ti.hk);
@@ -360,6 +363,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // FP8: per tile, the descales of its (sequence, KV head) folded in (params.h): q_descale
   // k_descale into the scale of S, v_descale into the epilogue's factor.
   float scale_log2 = scale_log2_call, mod_scale = p.softmax_scale, v_scale = 1.f;
+  bool fp8_scaled = false;
   // The sparse kernel with Has_dropout also runs score-transform calls without dropout, whose
   // rng_state is null: nothing reads it then.
   const bool drop_on = Has_dropout && (!Is_sparse || p.dropout_threshold > 0);
@@ -384,8 +388,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (kFp8) {
       const float qk = fp8_descale(p.q_descale_ptr, p.q_descale_batch_stride, ti.b, ti.hk) *
                        fp8_descale(p.k_descale_ptr, p.k_descale_batch_stride, ti.b, ti.hk);
-      scale_log2 = score_mod_on ? scale_log2_call : scale_log2_call * qk;
       mod_scale = p.softmax_scale * qk;
+      // A product <= 0 (or NaN) of the scale and the descales: S scaled before the max, as the
+      // score-transform kernels do (the max of raw q.k is not the max of the scores then).
+      fp8_scaled = !score_mod_on && !(mod_scale > 0.f);
+      scale_log2 = score_mod_on || fp8_scaled ? scale_log2_call : scale_log2_call * qk;
+      if (fp8_scaled) scale_log2 = 1.4426950408889634f;
       v_scale = fp8_descale(p.v_descale_ptr, p.v_descale_batch_stride, ti.b, ti.hk);
     }
     const int row0 = ti.m0 + c * 64 + warp * 16 + lane / 4;  // this thread's rows: +0, +8
@@ -479,7 +487,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // needs), leaves P = exp2(S * scale - max) in s; its first key n0.
     auto scores = [&](int it) {
       const int n0 = key_block(ti, list_addr, it) * kBN;
-      if (Has_score_mod || (Has_dropout && score_mod_on)) {
+      if (Has_score_mod || (Has_dropout && score_mod_on) || (kFp8 && fp8_scaled)) {
         const float slope = alibi_slope(p, ti.b, ti.h);
         const int diag = row0 + ti.mi.shift() - n0 - (lane % 4) * 2;
 #pragma unroll
@@ -544,14 +552,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     auto pack_p = [&](int n0, uint32_t (&a)[kPK][4]) {
       if constexpr (kFp8) {
         // k32 slab kk = n8 blocks 4 kk .. 4 kk + 3, no shuffle: the slab's keys in the order
-        // the staging pass wrote V^T's columns in (fp8_layout_sm90.h's kFp8PackIdx, vt_key_of).
+        // the staging pass wrote V^T's columns in (fp8_layout_sm90.h's fp8_pack_idx, vt_key_of).
 #pragma unroll
         for (int kk = 0; kk < kBN / 32; ++kk) {
           const float* s0 = s + 16 * kk;
 #pragma unroll
           for (int r = 0; r < 4; ++r)
-            a[kk][r] = pack_e4m3_x4(s0[kFp8PackIdx[r][0]], s0[kFp8PackIdx[r][1]],
-                                    s0[kFp8PackIdx[r][2]], s0[kFp8PackIdx[r][3]]);
+            a[kk][r] = pack_e4m3_x4(s0[fp8_pack_idx(r, 0)], s0[fp8_pack_idx(r, 1)],
+                                    s0[fp8_pack_idx(r, 2)], s0[fp8_pack_idx(r, 3)]);
         }
       } else {
 #pragma unroll

@@ -63,6 +63,9 @@ __global__ void __launch_bounds__(256)
 
 // Rows of a (rows, heads, cols) byte tensor at (row, head) strides -> a packed copy of pitch
 // bytes a (row, head); padded batches count rows b * seqlen + i (the batch stride given).
+// (A template, as fp8_vt_kernel: a plain __global__ defined in a header is a strong symbol in
+// every object that includes it, and the sm90 objects link into one library.)
+template <int = 0>
 __global__ void __launch_bounds__(256)
     fp8_pack_rows_kernel(const uint8_t* src, int64_t rows, int seqlen, int heads, int cols,
                          int64_t row_stride, int64_t head_stride, int64_t batch_stride,
@@ -99,7 +102,7 @@ inline void run_fp8_stage(const FwdParams& p, const Fp8Stage& s, uint8_t* ws,
     const int64_t n = rows * heads * p.headdim;
     if (n <= 0) return;
     const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535 * 8);
-    fp8_pack_rows_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+    fp8_pack_rows_kernel<><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
         static_cast<const uint8_t*>(src), rows, seqlen, heads, p.headdim, rs, hs, bs, dst, pitch);
     FLASHATTN_LAUNCH_CHECK();
   };
