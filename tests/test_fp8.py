@@ -17,7 +17,7 @@ import torch
 
 import flashattn
 from helpers import (DEVICES, HEADS, assert_close, case_id, covering_set, needs_host_cxx,
-                     run_host_check)
+                     run_host_check, skip_unless_sm90)
 from reference import FP8_P_SCALE, attention_ref, dequantize_fp8, ref_and_emul_fp8, round_e4m3
 from test_dropout import SHAPES, _cu, _window
 
@@ -123,6 +123,22 @@ def _params():
 @pytest.mark.parametrize("device,c", _params())
 def test_fp8_forward(device, c):
     run_case(device, c)
+
+
+def _vchip_params():
+    cases = covering_set(_factors("cuda"), seed=41)
+    return [pytest.param(c, id=case_id(c)) for c in cases[: max(12, len(cases) // 3)]]
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
+@pytest.mark.parametrize("c", _vchip_params())
+def test_fp8_forward_vchip(c, monkeypatch):
+    """The sm90 FP8 forward with V transposed on chip (FLASHATTN_SM90_FP8_VCHIP=1: off by
+    default until these pass on a GPU) instead of by the staging pass: the checks of
+    test_fp8_forward on a share of its covering set (skipped off Hopper)."""
+    skip_unless_sm90()
+    monkeypatch.setenv("FLASHATTN_SM90_FP8_VCHIP", "1")
+    run_case("cuda", c)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     p.headdim = p.headdim_v = 64;
     p.cu_seqlens_k = cu.data();
     p.cu_seqlens_q = cu.data();
-    const int64_t pitch = fp8_stage_of(p).vt_pitch;
+    const int64_t pitch = fp8_stage_of(p, false).vt_pitch;
     if (pitch % 32 != 0) ++bad;
     std::vector<int64_t> row0(batch), len(batch), c0(batch);
     for (int b = 0; b < batch; ++b) {

@@ -177,6 +177,15 @@ def sm90_cases():
     run_fp8(1, 200, 300, 2, 2, 59, 59, strided=True)
     run_fp8(0, 0, 0, 2, 2, 24, 40, lens=([70, 33], [90, 0]), strided=True)
     run_fp8(2, 100, 0, 2, 1, 128, 128)
+    # ... and with V transposed on chip (kVChip; off by default: switched on here)
+    os.environ["FLASHATTN_SM90_FP8_VCHIP"] = "1"
+    run_fp8(1, 300, 420, 4, 2, 128, 128, causal=True)
+    run_fp8(2, 333, 520, 6, 2, 64, 64, window_size=(100, 20))
+    run_fp8(1, 260, 333, 2, 1, 256, 256, causal=True, softcap=5.0)
+    run_fp8(1, 150, 290, 2, 2, 192, 192)
+    run_fp8(0, 0, 0, 4, 2, 128, 128, lens=([130, 0, 257, 1], [300, 5, 0, 399]), causal=True)
+    run_fp8(1, 200, 300, 2, 2, 59, 59, strided=True)
+    del os.environ["FLASHATTN_SM90_FP8_VCHIP"]
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

@@ -64,20 +64,24 @@ inline bool tma_bytes_ok(const void* ptr, int64_t a, int64_t b, int64_t c) {
 }
 
 // Where the staged inputs go in the workspace (byte offsets, each 256-aligned), and their
-// layouts. q / k staged: pitch_q / pitch_k bytes a row of one head.
+// layouts. q / k (/ v) staged: q_pitch / k_pitch (/ v_pitch) bytes a row of one head. vchip:
+// the kernel transposes V on chip (kernel_fwd_sm90.cuh's kVChip): no V^T, but v staged too
+// where TMA cannot read it.
 struct Fp8Stage {
+  bool vchip = false;
   int64_t vt_pitch = 0, vt_bytes = 0;
-  bool q = false, k = false;
-  int64_t q_pitch = 0, k_pitch = 0, q_off = 0, k_off = 0, total = 0;
+  bool q = false, k = false, v = false;
+  int64_t q_pitch = 0, k_pitch = 0, v_pitch = 0, q_off = 0, k_off = 0, v_off = 0, total = 0;
 };
 
-inline Fp8Stage fp8_stage_of(const FwdParams& p) {
+inline Fp8Stage fp8_stage_of(const FwdParams& p, bool vchip) {
   Fp8Stage s;
+  s.vchip = vchip;
   const int64_t rows_q = p.is_varlen ? p.total_q : int64_t(p.batch) * p.seqlen_q;
   const int64_t rows_k = p.is_varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
   s.vt_pitch = p.is_varlen ? round_up(p.total_k, 128) + 256 * int64_t(p.batch)
                            : round_up(p.seqlen_k, 32);
-  s.vt_bytes = int64_t(p.is_varlen ? 1 : p.batch) * p.nheads_k * p.headdim_v * s.vt_pitch;
+  s.vt_bytes = vchip ? 0 : int64_t(p.is_varlen ? 1 : p.batch) * p.nheads_k * p.headdim_v * s.vt_pitch;
   s.q = !tma_bytes_ok(p.q_ptr, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
   s.k = !tma_bytes_ok(p.k_ptr, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
   s.q_pitch = round_up(p.headdim, 16);
@@ -86,7 +90,11 @@ inline Fp8Stage fp8_stage_of(const FwdParams& p) {
   const int64_t q_bytes = s.q ? rows_q * p.nheads * s.q_pitch : 0;
   s.k_off = round_up(s.q_off + q_bytes, 256);
   const int64_t k_bytes = s.k ? rows_k * p.nheads_k * s.k_pitch : 0;
-  s.total = s.k_off + k_bytes;
+  s.v = vchip && !tma_bytes_ok(p.v_ptr, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+  s.v_pitch = round_up(p.headdim_v, 16);
+  s.v_off = round_up(s.k_off + k_bytes, 256);
+  const int64_t v_bytes = s.v ? rows_k * p.nheads_k * s.v_pitch : 0;
+  s.total = s.v_off + v_bytes;
   return s;
 }
 

@@ -52,7 +52,7 @@ struct FwdMaps {
 // S = Q K^T and O += P V as k32 e4m3 WGMMAs, P scaled by 2^8 (kFp8PLog2) and rounded to e4m3
 // in registers, the descales folded into the tile's scale and the epilogue; out 16-bit.
 template <int kD_, int kDv_, int kBM_, int kBN_, int kStages_, int kSchedule_, int kExpFma_ = 0,
-          int kDescBase_ = 0, int kVLate_ = 0, int kInBytes_ = 2>
+          int kDescBase_ = 0, int kVLate_ = 0, int kInBytes_ = 2, int kVChip_ = 0>
 struct FwdConfig {
   static constexpr int kD = kD_, kDv = kDv_, kBM = kBM_, kBN = kBN_, kStages = kStages_;
   static constexpr int kSchedule = kSchedule_, kExpFma = kExpFma_;
@@ -60,6 +60,12 @@ struct FwdConfig {
   static constexpr int kInBytes = kInBytes_;
   static constexpr bool kFp8 = kInBytes == 1;
   static_assert(kInBytes == 2 || kInBytes == 1, "16-bit or e4m3 inputs");
+  // kVChip (FP8): V^T made on chip instead of by the staging pass: TMA loads V as it lies
+  // (rows of keys) into a raw ring, warps 1-3 of the producer warpgroup transpose each stage
+  // into the V^T stage the consumers read (the same layout the staging pass gives), then
+  // release the raw stage and arrive on the V^T stage's full barrier.
+  static constexpr bool kVChip = kVChip_ != 0;
+  static_assert(!kVChip || kInBytes == 1, "the on-chip transpose is FP8's");
   static_assert(!kFp8 || (kBN % 64 == 0 && !kDescBase && kExpFma == 0),
                 "FP8: whole 64- or 128-byte rows of V^T a step, no experiments");
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
@@ -85,6 +91,9 @@ struct FwdConfig {
   static constexpr int kKVChunk = kBN * 128, kVChunk = kFp8 ? kDv * kVChunkB : kKVChunk;
   static constexpr int kQBytes = kBM * kD * kInBytes, kKBytes = kBN * kD * kInBytes;
   static constexpr int kVBytes = kBN * kDv * kInBytes;
+  // kVChip's raw V stage: chunks of kBN rows (keys) x kVRawChunkB bytes of head-dim columns.
+  static constexpr int kVRawChunkB = (kDv * kInBytes) % 128 == 0 ? 128 : 64;
+  static constexpr int kVRawChunks = kDv * kInBytes / kVRawChunkB, kVRawChunk = kBN * kVRawChunkB;
   static_assert(kQChunk % 1024 == 0 && kKChunk % 1024 == 0 && kVChunk % 1024 == 0 &&
                     kQBytes % 1024 == 0 && kKBytes % 1024 == 0 && kVBytes % 1024 == 0,
                 "swizzle atoms (8 rows of 64 or 128 bytes) aligned in every chunk and stage");
@@ -95,19 +104,22 @@ struct FwdConfig {
       fwd_o_stage_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv, kInBytes);
   static constexpr bool kTmaO = kOBytes > 0;
   static constexpr int kSmemO = kSmemV + kStages * kVBytes, kOChunk = 64 * 128;
-  static constexpr int kSmemBar = kSmemO + kOBytes;
+  static constexpr int kSmemVRaw = kSmemO + kOBytes;  // kVChip: the raw V ring
+  static constexpr int kSmemBar = kSmemVRaw + (kVChip ? kStages * kVBytes : 0);
   static constexpr int kSmem = kSmemBar + 128 + 1024;  // + mbarriers, alignment slack
-  static_assert(kSmem == fwd_smem_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv, kInBytes),
+  static_assert(kSmem == fwd_smem_bytes(FwdTile{kBM, kBN, kStages, kSchedule}, kD, kDv, kInBytes) +
+                             (kVChip ? kStages * kVBytes : 0),
                 "tile_fwd_sm90.h's count");
-  static_assert((2 + 4 * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
+  static_assert((2 + (kVChip ? 6 : 4) * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
   static_assert(kSmemO % 1024 == 0 && (64 * kDv * 2) % 1024 == 0, "TMA boxes 1024-aligned");
   // Named barriers: 1 .. kConsumers the ping-pong turns, then one per consumer (its 128
   // threads) around its output's staging area.
   static constexpr int kBarO = 1 + kConsumers;
   static_assert(kSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
   // Registers per thread of the producer and of each consumer (a 64K file: sum <= 512).
-  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
-  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
+  // (kVChip with two consumers: 40 for the transposing warps, as the block-sparse list warp.)
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kVChip ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kVChip ? 232 : 240;
   static_assert(kProducerRegs + kConsumers * kConsumerRegs <= 512, "the register file");
 };
 
@@ -117,10 +129,11 @@ using FwdConfigOf = FwdConfig<kD, kDv, fwd_tile(kD, kDv, kLocal).block_m,
                               fwd_tile(kD, kDv, kLocal).block_n, fwd_tile(kD, kDv, kLocal).stages,
                               fwd_tile(kD, kDv, kLocal).schedule, 0, 0, fwd_v_late(kD, kDv)>;
 // The FP8 forward's shape (tile_fwd_sm90.h's fwd_tile_fp8; V late as the 16-bit kernels').
-template <int kD, int kDv>
+// kVChip: V^T transposed on chip (FwdConfig).
+template <int kD, int kDv, int kVChip = 0>
 using FwdConfigFp8 = FwdConfig<kD, kDv, fwd_tile_fp8(kD, kDv).block_m, fwd_tile_fp8(kD, kDv).block_n,
                                fwd_tile_fp8(kD, kDv).stages, fwd_tile_fp8(kD, kDv).schedule, 0, 0,
-                               fwd_v_late(kD, kDv), 1>;
+                               fwd_v_late(kD, kDv), 1, kVChip>;
 // FP8: P is scaled by 2^kFp8PLog2 before its rounding to e4m3 (tests/reference.py's emulation:
 // its normal range then reaches 2^-14 of the row's largest), which the row sum carries too.
 inline constexpr float kFp8PLog2 = 8.f;
@@ -176,6 +189,69 @@ __device__ __forceinline__ FwdTileInfo fwd_tile_info(const FwdParams& p, int til
 // tma_o (kTmaO shapes, padded calls: launch_fwd_sm90_kernel): each consumer stages its O rows
 // in shared memory and its thread 0 stores them with TMA, waiting for the store's read only
 // before the next tile's epilogue (and at the end).
+// Byte b of row `row` of a tile of rows of W bytes (128 or 64) in TMA's W-byte swizzle (the
+// 16-byte unit XORed with address bits 7-9, or 7-8: row % 8, or (row / 2) % 4).
+template <int W>
+__device__ __forceinline__ uint32_t swz_offset(int row, int b) {
+  const int x = W == 128 ? row & 7 : (row >> 1) & 3;
+  return uint32_t(row * W + ((((b >> 4) ^ x)) << 4) + (b & 15));
+}
+
+// kVChip (FP8): the transposing warps (tt < 96) walk the tiles and key blocks the loading
+// thread walks; per K / V slot: wait for the raw V stage (TMA) and for the consumers to have
+// released the V^T stage's last use, write V^T (fp8_layout_sm90.h's column order: column 4 q
+// + i holds key vt_key_of(4 q + i), so the four keys 32 g + 16 h + 2 t + {0, 1, 8, 9} of quad
+// q = 8 g + 4 h + t land in one word), fence for the async proxy, release the raw stage and
+// arrive on the V^T stage. A warp step: 8 quads x 4 groups of 4 columns (4-byte loads of the
+// quads' 4 keys, four byte permutes, four 4-byte stores: 2-way bank conflicts at most).
+template <class Cfg>
+__device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* smem,
+                                                uint64_t* vraw_full, uint64_t* vraw_empty,
+                                                uint64_t* v_full, uint64_t* v_empty, int tt,
+                                                int num_tiles, int m_blocks, int group, int deal) {
+  constexpr int kBN = Cfg::kBN, kDv = Cfg::kDv, kStages = Cfg::kStages;
+  constexpr int kQBlocks = kBN / 32, kSteps = kQBlocks * (kDv / 16);  // warp steps a stage
+  const int lane = tt % 32, w = tt / 32;
+  int kv_count = 0;
+  for (int k = 0;; ++k) {
+    const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
+    if (tile == kNoTile) break;
+    if (tile == kSkipTile) continue;
+    const FwdTileInfo ti = fwd_tile_info<Cfg::kBM, kBN>(p, tile, m_blocks, group);
+    for (int it = 0; it < ti.n_iters; ++it) {
+      const int slot = kv_count + it, stage = slot % kStages, use = slot / kStages;
+      mbar_wait(vraw_full + stage, use & 1);
+      if (use > 0) mbar_wait(v_empty + stage, (use - 1) & 1);
+      const uint32_t raw = smem_u32(smem + Cfg::kSmemVRaw + stage * Cfg::kVBytes);
+      const uint32_t vt = smem_u32(smem + Cfg::kSmemV + stage * Cfg::kVBytes);
+      for (int st = w; st < kSteps; st += 3) {
+        const int q = 8 * (st % kQBlocks) + lane % 8, c0 = 4 * (4 * (st / kQBlocks) + lane / 8);
+        const int k0 = 32 * (q / 8) + 16 * ((q / 4) % 2) + 2 * (q % 4);
+        const uint32_t x_addr = raw + (c0 / Cfg::kVRawChunkB) * Cfg::kVRawChunk;
+        uint32_t wd[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)  // keys k0, k0 + 1, k0 + 8, k0 + 9
+          wd[j] = uint32_t(ld_shared_s32(
+              x_addr + swz_offset<Cfg::kVRawChunkB>(k0 + (j & 1) + 8 * (j >> 1),
+                                                    c0 % Cfg::kVRawChunkB)));
+        const uint32_t lo01 = __byte_perm(wd[0], wd[1], 0x5140), hi01 = __byte_perm(wd[0], wd[1], 0x7362);
+        const uint32_t lo23 = __byte_perm(wd[2], wd[3], 0x5140), hi23 = __byte_perm(wd[2], wd[3], 0x7362);
+        const uint32_t out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                 __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+        const int col = 4 * q;  // V^T column of the quad's first key
+        const uint32_t y_addr = vt + (col / Cfg::kVChunkB) * Cfg::kVChunk;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)  // head-dim column c0 + i
+          sts_u32(y_addr + swz_offset<Cfg::kVChunkB>(c0 + i, col % Cfg::kVChunkB), out[i]);
+      }
+      fence_async_shared();  // the stores, for the consumers' WGMMAs (async proxy)
+      mbar_arrive(vraw_empty + stage);
+      mbar_arrive(v_full + stage);
+    }
+    kv_count += ti.n_iters;
+  }
+}
+
 template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
           bool Is_sparse = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -205,6 +281,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* k_empty = k_full + kStages;
   uint64_t* v_full = k_empty + kStages;
   uint64_t* v_empty = v_full + kStages;
+  uint64_t* vraw_full = v_empty + kStages;  // kVChip: the raw V ring
+  uint64_t* vraw_empty = vraw_full + kStages;
+  constexpr bool kVChip = Cfg::kVChip;
+  constexpr int kTransposers = 96;  // kVChip: warps 1-3 of the producer warpgroup
   // Block-sparse: list_full / list_empty [2], list_count [2], then lists [2][list_cap].
   constexpr bool sparse = Is_sparse;
   uint64_t* list_full = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBar + 128);
@@ -236,7 +316,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     mbar_init(q_empty, kNC * 128);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full + s, 1);
-      mbar_init(v_full + s, 1);
+      mbar_init(v_full + s, kVChip ? kTransposers : 1);
+      if (kVChip) {
+        mbar_init(vraw_full + s, 1);
+        mbar_init(vraw_empty + s, kTransposers);
+      }
       mbar_init(k_empty + s, kNC * 128);  // every consumer thread
       mbar_init(v_empty + s, kNC * 128);
     }
@@ -276,6 +360,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             mbar_arrive(list_full + buf);
           }
         }
+        return;
+      }
+    }
+    if constexpr (kVChip) {
+      if (t >= 32) {
+        fwd_transpose_v<Cfg>(p, smem, vraw_full, vraw_empty, v_full, v_empty, t - 32, num_tiles,
+                             m_blocks, group, deal);
         return;
       }
     }
@@ -320,15 +411,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       auto load_kv = [&](bool is_k, int it) {
         const int slot = kv_count + it, stage = slot % kStages, use = slot / kStages;
         const int n0 = key_block(ti, list_addr, it) * kBN;
-        uint64_t* full = (is_k ? k_full : v_full) + stage;
-        if (use > 0) mbar_wait((is_k ? k_empty : v_empty) + stage, (use - 1) & 1);
+        // (kVChip: V into the raw ring, whose empty barrier the transposing warps arrive on.)
+        uint64_t* full = (is_k ? k_full : kVChip ? vraw_full : v_full) + stage;
+        if (use > 0)
+          mbar_wait((is_k ? k_empty : kVChip ? vraw_empty : v_empty) + stage, (use - 1) & 1);
         mbar_arrive_expect_tx(full, is_k ? Cfg::kKBytes : Cfg::kVBytes);
         uint8_t* dst = smem + (is_k ? Cfg::kSmemK + stage * Cfg::kKBytes
-                                    : Cfg::kSmemV + stage * Cfg::kVBytes);
+                               : kVChip ? Cfg::kSmemVRaw + stage * Cfg::kVBytes
+                                        : Cfg::kSmemV + stage * Cfg::kVBytes);
         if (is_k) {
 #pragma unroll
           for (int c = 0; c < Cfg::kQKChunks; ++c)
             load(dst + c * Cfg::kKChunk, &maps.k, full, c * Cfg::kQKChunkCols, k_row + n0, ti.hk);
+        } else if constexpr (kVChip) {  // V as it lies: boxes of kVRawChunkB columns x kBN keys
+#pragma unroll
+          for (int c = 0; c < Cfg::kVRawChunks; ++c)
+            load(dst + c * Cfg::kVRawChunk, &maps.v, full, c * Cfg::kVRawChunkB, k_row + n0,
+                 ti.hk);
         } else if constexpr (kFp8) {  // V^T: (key, head-dim column) boxes of kVChunkB x kDv
 #pragma unroll
           for (int c = 0; c < Cfg::kVChunks; ++c)

@@ -101,6 +101,11 @@ inline bool sm90_dropout_enabled() { return !env_is("FLASHATTN_SM90_DROPOUT", '0
 // FLASHATTN_SM90_TMA_O=0 stores O from registers instead (read per call, for the A/B).
 inline bool sm90_tma_o_enabled() { return !env_is("FLASHATTN_SM90_TMA_O", '0'); }
 
+// The FP8 forward's V^T made on chip (kernel_fwd_sm90.cuh's kVChip; written 2026-12-04, third
+// session, without a GPU): off, the staging pass makes it; FLASHATTN_SM90_FP8_VCHIP=1 turns the
+// on-chip transpose on (read per call, for the tests and the A/B).
+inline bool sm90_fp8_vchip_enabled() { return env_is("FLASHATTN_SM90_FP8_VCHIP", '1'); }
+
 // The short local tile (tile_fwd_sm90.h's fwd_tile_short_local): on since its tests passed on
 // the H200 and it timed +10% / +13% at d 64 causal 512 / 1k (2026-12-04, e001a1e);
 // FLASHATTN_SM90_SHORT_LOCAL=0 turns it off (read per call, for the A/B).
@@ -223,15 +228,24 @@ FwdMaps fwd_maps(const FwdParams& p, const Fp8VT& vt) {
         tensor_map_of(kU8, 1, p.q_ptr, p.headdim, rows_q, p.nheads, batch, p.q_row_stride,
                       p.q_head_stride, p.q_batch_stride, Cfg::kQKChunkCols, Cfg::kBM);
     if (rows_k <= 0) return FwdMaps{q_map, q_map, q_map, q_map};
-    const int64_t vt_head = int64_t(p.headdim_v) * vt.pitch;
-    return FwdMaps{q_map,
-                   tensor_map_of(kU8, 1, p.k_ptr, p.headdim, rows_k, p.nheads_k, batch,
-                                 p.k_row_stride, p.k_head_stride, p.k_batch_stride,
-                                 Cfg::kQKChunkCols, Cfg::kBN),
-                   tensor_map_of(kU8, 1, vt.ptr, static_cast<int>(vt.pitch), p.headdim_v,
-                                 p.nheads_k, batch, vt.pitch, vt_head, vt_head * p.nheads_k,
-                                 Cfg::kVChunkB, Cfg::kDv),
-                   q_map};
+    const CUtensorMap k_map =
+        tensor_map_of(kU8, 1, p.k_ptr, p.headdim, rows_k, p.nheads_k, batch, p.k_row_stride,
+                      p.k_head_stride, p.k_batch_stride, Cfg::kQKChunkCols, Cfg::kBN);
+    if constexpr (Cfg::kVChip) {  // V as it lies, for the on-chip transpose
+      (void)vt;
+      return FwdMaps{q_map, k_map,
+                     tensor_map_of(kU8, 1, p.v_ptr, p.headdim_v, rows_k, p.nheads_k, batch,
+                                   p.v_row_stride, p.v_head_stride, p.v_batch_stride,
+                                   Cfg::kVRawChunkB, Cfg::kBN),
+                     q_map};
+    } else {
+      const int64_t vt_head = int64_t(p.headdim_v) * vt.pitch;
+      return FwdMaps{q_map, k_map,
+                     tensor_map_of(kU8, 1, vt.ptr, static_cast<int>(vt.pitch), p.headdim_v,
+                                   p.nheads_k, batch, vt.pitch, vt_head, vt_head * p.nheads_k,
+                                   Cfg::kVChunkB, Cfg::kDv),
+                     q_map};
+    }
   } else {
     (void)vt;
     const CUtensorMap q_map =
@@ -261,7 +275,8 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g,
     throw std::runtime_error("flashattn sm90 fwd: head dims above the kernel's");
   const int64_t rows_q = p.is_varlen ? p.total_q : p.seqlen_q;
   if (p.seqlen_q <= 0 || rows_q <= 0 || p.batch <= 0 || p.nheads <= 0) return;
-  if (Cfg::kFp8 != (p.dtype == DType::kFloat8E4M3) || (Cfg::kFp8 && vt.ptr == nullptr))
+  if (Cfg::kFp8 != (p.dtype == DType::kFloat8E4M3) ||
+      (Cfg::kFp8 && !Cfg::kVChip && vt.ptr == nullptr))
     throw std::runtime_error("flashattn sm90 fwd: an FP8 call needs the FP8 kernel and its V^T");
   FwdMaps maps = fwd_maps<Cfg, Element>(p, vt);
   // The epilogue's TMA store (kTmaO): padded calls (varlen boxes would cross into the next
@@ -413,23 +428,29 @@ void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
   (void)p, (void)stream;
   throw std::runtime_error("flashattn sm90 fwd: built with FLASHATTN_DISABLE_FP8");
 #else
-  using Cfg = FwdConfigFp8<kD, kDv>;
-  const Fp8Stage st = fp8_stage_of(p);
-  if (p.workspace_f32 == nullptr || p.workspace_f32_elems * 4 < st.total)
+  const bool vchip = sm90_fp8_vchip_enabled();
+  const Fp8Stage st = fp8_stage_of(p, vchip);
+  if (st.total > 0 && (p.workspace_f32 == nullptr || p.workspace_f32_elems * 4 < st.total))
     throw std::runtime_error("flashattn sm90 fwd: the FP8 call's workspace is missing or short");
   uint8_t* ws = reinterpret_cast<uint8_t*>(p.workspace_f32);
   run_fp8_stage(p, st, ws, stream);
   const FwdParams q = fp8_staged_params(p, st, ws);
   const Fp8VT vt{ws, st.vt_pitch};
-  if (fwd_score_mod(q)) launch_fwd_sm90_kernel<Cfg, Out, true>(q, stream, {}, vt);
-  else launch_fwd_sm90_kernel<Cfg, Out, false>(q, stream, {}, vt);
+  auto launch = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    if (fwd_score_mod(q)) launch_fwd_sm90_kernel<Cfg, Out, true>(q, stream, {}, vt);
+    else launch_fwd_sm90_kernel<Cfg, Out, false>(q, stream, {}, vt);
+  };
+  if (vchip) launch(FwdConfigFp8<kD, kDv, 1>{});
+  else launch(FwdConfigFp8<kD, kDv, 0>{});
 #endif
 }
 
 // The workspace of a forward call: FP8's staged inputs (f32 elements), none otherwise.
 inline WorkspaceSizes fwd_workspace_of(const FwdParams& p) {
   WorkspaceSizes w;
-  if (p.dtype == DType::kFloat8E4M3) w.f32_elems = (fp8_stage_of(p).total + 3) / 4;
+  if (p.dtype == DType::kFloat8E4M3)
+    w.f32_elems = (fp8_stage_of(p, sm90_fp8_vchip_enabled()).total + 3) / 4;
   return w;
 }
 

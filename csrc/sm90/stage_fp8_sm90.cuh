@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The staging pass of a call: V^T always, Q / K where fp8_stage_of says so. ws: the workspace
-// (at least s.total bytes, zeroed for varlen calls).
+// The staging pass of a call: V^T (but for the on-chip transpose), Q / K (/ V) where
+// fp8_stage_of says so. ws: the workspace (at least s.total bytes, zeroed for varlen calls).
 inline void run_fp8_stage(const FwdParams& p, const Fp8Stage& s, uint8_t* ws,
                           cudaStream_t stream) {
   if (p.nheads_k <= 0 || p.batch <= 0 || p.headdim_v <= 0) return;
@@ -94,26 +94,32 @@ inline void run_fp8_stage(const FwdParams& p, const Fp8Stage& s, uint8_t* ws,
                   static_cast<unsigned>((p.headdim_v + 63) / 64));
   const bool words = reinterpret_cast<uintptr_t>(p.v_ptr) % 4 == 0 && p.v_row_stride % 4 == 0 &&
                      p.v_head_stride % 4 == 0 && p.v_batch_stride % 4 == 0 && p.headdim_v % 4 == 0;
-  if (words) fp8_vt_kernel<true><<<grid, 256, 0, stream>>>(p, ws, s.vt_pitch);
-  else fp8_vt_kernel<false><<<grid, 256, 0, stream>>>(p, ws, s.vt_pitch);
-  FLASHATTN_LAUNCH_CHECK();
-  auto pack = [&](const void* src, int64_t rows, int seqlen, int heads, int64_t rs, int64_t hs,
-                  int64_t bs, uint8_t* dst, int64_t pitch) {
-    const int64_t n = rows * heads * p.headdim;
+  if (!s.vchip) {
+    if (words) fp8_vt_kernel<true><<<grid, 256, 0, stream>>>(p, ws, s.vt_pitch);
+    else fp8_vt_kernel<false><<<grid, 256, 0, stream>>>(p, ws, s.vt_pitch);
+    FLASHATTN_LAUNCH_CHECK();
+  }
+  auto pack = [&](const void* src, int heads, int cols, int64_t rs, int64_t hs, int64_t bs,
+                  bool is_q, uint8_t* dst, int64_t pitch) {
+    const int64_t rows = p.is_varlen ? (is_q ? p.total_q : p.total_k)
+                                     : int64_t(p.batch) * (is_q ? p.seqlen_q : p.seqlen_k);
+    const int64_t n = rows * heads * cols;
     if (n <= 0) return;
     const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535 * 8);
     fp8_pack_rows_kernel<><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-        static_cast<const uint8_t*>(src), rows, seqlen, heads, p.headdim, rs, hs, bs, dst, pitch);
+        static_cast<const uint8_t*>(src), rows,
+        p.is_varlen ? 0 : (is_q ? p.seqlen_q : p.seqlen_k), heads, cols, rs, hs, bs, dst, pitch);
     FLASHATTN_LAUNCH_CHECK();
   };
   if (s.q)
-    pack(p.q_ptr, p.is_varlen ? p.total_q : int64_t(p.batch) * p.seqlen_q,
-         p.is_varlen ? 0 : p.seqlen_q, p.nheads, p.q_row_stride, p.q_head_stride,
-         p.q_batch_stride, ws + s.q_off, s.q_pitch);
+    pack(p.q_ptr, p.nheads, p.headdim, p.q_row_stride, p.q_head_stride, p.q_batch_stride, true,
+         ws + s.q_off, s.q_pitch);
   if (s.k)
-    pack(p.k_ptr, p.is_varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k,
-         p.is_varlen ? 0 : p.seqlen_k, p.nheads_k, p.k_row_stride, p.k_head_stride,
-         p.k_batch_stride, ws + s.k_off, s.k_pitch);
+    pack(p.k_ptr, p.nheads_k, p.headdim, p.k_row_stride, p.k_head_stride, p.k_batch_stride,
+         false, ws + s.k_off, s.k_pitch);
+  if (s.v)
+    pack(p.v_ptr, p.nheads_k, p.headdim_v, p.v_row_stride, p.v_head_stride, p.v_batch_stride,
+         false, ws + s.v_off, s.v_pitch);
 }
 
 // q / k as the kernel reads them after the staging: the staged copies' pointers and strides
@@ -125,6 +131,12 @@ inline FwdParams fp8_staged_params(const FwdParams& p, const Fp8Stage& s, uint8_
     q.q_head_stride = s.q_pitch;
     q.q_row_stride = s.q_pitch * p.nheads;
     q.q_batch_stride = p.is_varlen ? 0 : q.q_row_stride * p.seqlen_q;
+  }
+  if (s.v) {
+    q.v_ptr = ws + s.v_off;
+    q.v_head_stride = s.v_pitch;
+    q.v_row_stride = s.v_pitch * p.nheads_k;
+    q.v_batch_stride = p.is_varlen ? 0 : q.v_row_stride * p.seqlen_k;
   }
   if (s.k) {
     q.k_ptr = ws + s.k_off;
