@@ -66,8 +66,8 @@ struct FwdConfig {
   // release the raw stage and arrive on the V^T stage's full barrier.
   static constexpr bool kVChip = kVChip_ != 0;
   static_assert(!kVChip || kInBytes == 1, "the on-chip transpose is FP8's");
-  static_assert(!kFp8 || (kBN % 64 == 0 && !kDescBase && kExpFma == 0),
-                "FP8: whole 64- or 128-byte rows of V^T a step, no experiments");
+  static_assert(!kFp8 || (kBN % 64 == 0 && !kDescBase),
+                "FP8: whole 64- or 128-byte rows of V^T a step, no descriptor experiment");
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
   // One P buffer, packed after P V of the step before has read it (FP8 shapes whose second
@@ -129,11 +129,16 @@ using FwdConfigOf = FwdConfig<kD, kDv, fwd_tile(kD, kDv, kLocal).block_m,
                               fwd_tile(kD, kDv, kLocal).block_n, fwd_tile(kD, kDv, kLocal).stages,
                               fwd_tile(kD, kDv, kLocal).schedule, 0, 0, fwd_v_late(kD, kDv)>;
 // The FP8 forward's shape (tile_fwd_sm90.h's fwd_tile_fp8; V late as the 16-bit kernels').
-// kVChip: V^T transposed on chip (FwdConfig).
+// kVChip: V^T transposed on chip (FwdConfig). FLASHATTN_SM90_FP8_EXPFMA (a build's A/B,
+// default 0): every n-th 8-key column block of P takes its exponentials on the FMA units
+// (exp2_fma), the exp-bound FP8 case the issue names for FA4's trick; not yet timed.
+#ifndef FLASHATTN_SM90_FP8_EXPFMA
+#define FLASHATTN_SM90_FP8_EXPFMA 0
+#endif
 template <int kD, int kDv, int kVChip = 0>
 using FwdConfigFp8 = FwdConfig<kD, kDv, fwd_tile_fp8(kD, kDv).block_m, fwd_tile_fp8(kD, kDv).block_n,
-                               fwd_tile_fp8(kD, kDv).stages, fwd_tile_fp8(kD, kDv).schedule, 0, 0,
-                               fwd_v_late(kD, kDv), 1, kVChip>;
+                               fwd_tile_fp8(kD, kDv).stages, fwd_tile_fp8(kD, kDv).schedule,
+                               FLASHATTN_SM90_FP8_EXPFMA, 0, fwd_v_late(kD, kDv), 1, kVChip>;
 // FP8: P is scaled by 2^kFp8PLog2 before its rounding to e4m3 (tests/reference.py's emulation:
 // its normal range then reaches 2^-14 of the row's largest), which the row sum carries too.
 inline constexpr float kFp8PLog2 = 8.f;
