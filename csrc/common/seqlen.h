@@ -20,6 +20,11 @@ struct SeqInfo {
   int32_t k_batch = 0;  // the k / v batch to address (padded; kv_batch_idx or b)
 };
 
+// An FP8 descale of (sequence b, KV head hk) (params.h): 1 without one.
+FLASHATTN_HOST_DEVICE float descale_of(const float* ptr, int64_t batch_stride, int b, int hk) {
+  return ptr != nullptr ? ptr[b * batch_stride + hk] : 1.f;
+}
+
 FLASHATTN_HOST_DEVICE int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }

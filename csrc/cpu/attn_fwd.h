@@ -7,11 +7,6 @@
 // descale of the row's (b, KV head)); out is kOut (bf16 / fp16). Every other dtype has kOut = kDt.
 // Included inside namespace flashattn::cpu::FLASHATTN_CPU_ISA after scores.h.
 
-// The descale of (b, hk) (params.h): 1 without one.
-inline float descale_of(const float* ptr, int64_t batch_stride, int b, int hk) {
-  return ptr ? ptr[b * batch_stride + hk] : 1.f;
-}
-
 template <DType kDt, DType kOut = kDt>
 struct FwdKernel {
   using T = typename Elem<kDt>::T;

@@ -52,10 +52,6 @@ FLASHATTN_HOST_DEVICE constexpr int fp8_pack_idx(int r, int i) {
 FLASHATTN_HOST_DEVICE int64_t vt_seq_col0(int64_t k_row0, int b) {
   return ((k_row0 + 127) & ~int64_t(127)) + 256 * int64_t(b);
 }
-// A descale of (sequence b, KV head hk), 1 without one (params.h).
-FLASHATTN_HOST_DEVICE float fp8_descale(const float* ptr, int64_t batch_stride, int b, int hk) {
-  return ptr != nullptr ? ptr[b * batch_stride + hk] : 1.f;
-}
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 inline bool tma_bytes_ok(const void* ptr, int64_t a, int64_t b, int64_t c) {
