@@ -141,6 +141,26 @@ def test_fp8_forward_vchip(c, monkeypatch):
     run_case("cuda", c)
 
 
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
+@pytest.mark.parametrize("vchip", ["0", "1"], ids=["staged", "vchip"])
+def test_varlen_nan_neighbour(vchip, monkeypatch):
+    """Varlen, both V^T paths: a sequence whose last key block is partial next to one whose V
+    starts with NaN codes (and which has no queries): the first sequence's output stays finite
+    and right (P is 0 past its keys, but 0 x NaN is NaN, so those rows must read as zeros)."""
+    skip_unless_sm90()
+    monkeypatch.setenv("FLASHATTN_SM90_FP8_VCHIP", vchip)
+    lens_q, lens_k = [150, 0], [200, 300]
+    q = quantize([sum(lens_q), 2, 128], "cuda")
+    k, v = quantize([sum(lens_k), 2, 128], "cuda"), quantize([sum(lens_k), 2, 128], "cuda")
+    v.view(torch.uint8)[200:260] = 0x7F  # e4m3fn NaN, the second sequence's first 60 keys
+    cu = (_cu(lens_q, "cuda"), _cu(lens_k, "cuda"))
+    out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, *cu, 150, 300, return_attn_probs=True)
+    sl = slice(0, 200)
+    ref, emul, _ = ref_and_emul_fp8(q.cpu(), k[sl].cpu(), v[sl].cpu(),
+                                    cu_seqlens=(_cu([150], "cpu"), _cu([200], "cpu")))
+    check_fp8({"out": out, "lse": lse}, ref, emul, None, torch.bfloat16, "cuda")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("out", list(OUT_DTYPES))
 def test_every_code(device, out):

@@ -40,11 +40,15 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* sme
     if (tile == kNoTile) break;
     if (tile == kSkipTile) continue;
     const FwdTileInfo ti = fwd_tile_info<Cfg::kBM, kBN>(p, tile, m_blocks, group);
-    for (int it = 0; it < ti.n_iters; ++it) {
+    const int key_end = ti.si.seqlen_k - (ti.kbl.hi - 1) * kBN, n_iters = ti.n_iters;
+    for (int it = 0; it < n_iters; ++it) {
       const int slot = kv_count + it, stage = slot % kStages, use = slot / kStages;
       mbar_wait(vraw_full + stage, use & 1);
       if (use > 0) mbar_wait(v_empty + stage, (use - 1) & 1);
       const uint32_t raw = smem_u32(smem + Cfg::kSmemVRaw + stage * Cfg::kVBytes);
+      // Keys past the sequence: zeros (varlen boxes hold the next sequence's rows there, whose
+      // NaN codes would survive P = 0 in the MMA; padded ones are TMA's zero fill already).
+      const int valid = key_end + it * kBN;
       const uint32_t vt = smem_u32(smem + Cfg::kSmemV + stage * Cfg::kVBytes);
       for (int st = w; st < kSteps; st += 3) {
         const int q = 8 * (st % kQBlocks) + lane % 8, c0 = 4 * (4 * (st / kQBlocks) + lane / 8);
@@ -52,10 +56,12 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* sme
         const uint32_t x_addr = raw + (c0 / Cfg::kVRawChunkB) * Cfg::kVRawChunk;
         uint32_t wd[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j)  // keys k0, k0 + 1, k0 + 8, k0 + 9
-          wd[j] = uint32_t(ld_shared_s32(
-              x_addr + swz_offset<Cfg::kVRawChunkB>(k0 + (j & 1) + 8 * (j >> 1),
-                                                    c0 % Cfg::kVRawChunkB)));
+        for (int j = 0; j < 4; ++j) {  // keys k0, k0 + 1, k0 + 8, k0 + 9
+          const int key = k0 + (j & 1) + 8 * (j >> 1);
+          wd[j] = uint32_t(
+              ld_shared_s32(x_addr + swz_offset<Cfg::kVRawChunkB>(key, c0 % Cfg::kVRawChunkB)));
+          if (key >= valid) wd[j] = 0;
+        }
         const uint32_t lo01 = __byte_perm(wd[0], wd[1], 0x5140), hi01 = __byte_perm(wd[0], wd[1], 0x7362);
         const uint32_t lo23 = __byte_perm(wd[2], wd[3], 0x5140), hi23 = __byte_perm(wd[2], wd[3], 0x7362);
         const uint32_t out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
@@ -70,7 +76,7 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* sme
       mbar_arrive(vraw_empty + stage);
       mbar_arrive(v_full + stage);
     }
-    kv_count += ti.n_iters;
+    kv_count += n_iters;
   }
 }
 
