@@ -199,16 +199,18 @@ def test_deterministic_sm90(hd, sl, causal, window, heads, monkeypatch):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", ["mha", "gqa"])
 def test_sm90_backward_padded_buckets(d, causal, heads, monkeypatch):
-    """The head-dim buckets 96 and 192 on the next sm90 backward kernel up (128, 256), under
-    FLASHATTN_SM90_BWD_PAD=1 (off by default until timed; set here): the op's choice asserted
-    to be sm90, then the gradients against the reference (skipped off Hopper)."""
+    """The head-dim buckets 96 and 192 on the next sm90 backward kernel up (128, 256), by
+    default (FLASHATTN_SM90_BWD_PAD=0 sends them to sm80): the op's choice asserted to be sm90,
+    then the gradients against the reference (skipped off Hopper)."""
     from test_attention import run_case
 
     skip_unless_sm90()
-    monkeypatch.setenv("FLASHATTN_SM90_BWD_PAD", "1")
     H, Hk = HEADS[heads]
     q = torch.empty(2, 333, H, d, device="cuda", dtype=torch.bfloat16)
     k = torch.empty(2, 517, Hk, d, device="cuda", dtype=torch.bfloat16)
+    monkeypatch.setenv("FLASHATTN_SM90_BWD_PAD", "0")
+    assert flashattn.kernel_path(q, k, k, direction="bwd", causal=causal) == "sm80"
+    monkeypatch.delenv("FLASHATTN_SM90_BWD_PAD")
     assert flashattn.kernel_path(q, k, k, direction="bwd", causal=causal) == "sm90"
     c = dict(dtype="bf16", hd=(d, d), sl=(333, 517), causal=causal, window="none",
              softcap=0.0, alibi="none", heads=heads, noncontig=False)

@@ -158,11 +158,9 @@ def sm90_cases():
     run_padded(1, 500, 650, 4, 1, 64, 64, fp16, window_size=(100, 20), deterministic=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True, deterministic=True)
     del os.environ["FLASHATTN_SM90_DET_BWD"]
-    # The buckets 96 and 192 on the next backward kernel up (off by default: switched on here)
-    os.environ["FLASHATTN_SM90_BWD_PAD"] = "1"
+    # The buckets 96 and 192 on the next backward kernel up (the default since 2026-12-06)
     run_padded(1, 333, 517, 4, 2, 80, 80, bf16, causal=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 160, fp16)
-    del os.environ["FLASHATTN_SM90_BWD_PAD"]
     # The FP8 forward (issue 14; its staging pass too): every head-dim variant, causal GQA with
     # partial blocks, a window, softcap, varlen with an empty sequence, a decoding shape (FP8
     # never takes the decode kernels), strided / odd-head-dim inputs (staged q, byte-read v),

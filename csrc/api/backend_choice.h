@@ -188,7 +188,7 @@ inline Backend choose_fwd_kvcache(const FwdParams& p) {
 
 // The backward of a CUDA call whose params are filled (gradient pointers may be null when only
 // asking). sm90 where its backward takes the call (buckets 64 / 128 / 256; 96 / 192 on the next
-// kernel up under FLASHATTN_SM90_BWD_PAD=1; softcap / ALiBi not
+// kernel up unless FLASHATTN_SM90_BWD_PAD=0; softcap / ALiBi not
 // with dropout or a block mask, deterministic only under FLASHATTN_SM90_DET_BWD=1,
 // TMA-addressable), else sm80 -- also under FLASHATTN_FORCE_BACKEND=sm90, which forces the
 // forward (the sm90 backward covers less; kernel_path says which runs);

@@ -14,50 +14,62 @@
 
 namespace flashattn::sm90 {
 
-// One block: 64 keys x 64 head-dim columns of one (sequence, KV head) a step, grid-striding
-// over the sequence's keys (blockIdx.y) up to its length rounded to 32. kWords: v's address,
-// strides and headdim_v are multiples of 4 (4-byte loads), else byte loads.
+// A thread: 4 head-dim columns x 16 keys of one (sequence, KV head), transposed in registers
+// (8 byte permutes) into 4 V^T rows of 16 bytes, stored whole; lanes column-group fastest, so
+// a load reads 32 contiguous bytes of a row and 4 lanes' stores 64 of a V^T row. A warp: 32
+// columns x 64 keys, a block 512 keys (blockIdx.z: the 32-column slice), grid-striding over
+// the sequence's keys up to its length rounded to 32 (zeros past the length). kWords: v's
+// address, strides and headdim_v are multiples of 4 (4-byte loads), else byte loads.
+// (2026-12-06, H100: the 64 x 64 shared-memory version took 43 us for d128's 32 MB at 16k.)
 template <bool kWords>
 __global__ void __launch_bounds__(256)
     fp8_vt_kernel(const __grid_constant__ FwdParams p, uint8_t* vt, int64_t pitch) {
-  __shared__ uint32_t tile[64][17];  // [key][4 columns], one word of padding a row
   const int hk = static_cast<int>(blockIdx.x % p.nheads_k), b = static_cast<int>(blockIdx.x / p.nheads_k);
   const SeqInfo si = seq_info(p, b);
-  const int len32 = (si.seqlen_k + 31) & ~31, c0 = blockIdx.z * 64;
+  const int lane = threadIdx.x & 31, col = blockIdx.z * 32 + (lane & 7) * 4;
+  if (col >= p.headdim_v) return;  // no block-wide barrier below
+  const int len32 = (si.seqlen_k + 31) & ~31;
   const uint8_t* v = static_cast<const uint8_t*>(p.v_ptr) + b * p.v_batch_stride +
-                     hk * p.v_head_stride + si.k_row0 * p.v_row_stride;
-  uint8_t* out = vt + (p.is_varlen ? int64_t(hk) * p.headdim_v * pitch + vt_seq_col0(si.k_row0, b)
-                                   : (int64_t(b) * p.nheads_k + hk) * p.headdim_v * pitch);
-  for (int k0 = blockIdx.y * 64; k0 < len32; k0 += gridDim.y * 64) {
+                     hk * p.v_head_stride + si.k_row0 * p.v_row_stride + col;
+  uint8_t* out = vt + int64_t(col) * pitch +
+                 (p.is_varlen ? int64_t(hk) * p.headdim_v * pitch + vt_seq_col0(si.k_row0, b)
+                              : (int64_t(b) * p.nheads_k + hk) * p.headdim_v * pitch);
+  const int ncols = min(4, p.headdim_v - col);
+  for (int k0 = blockIdx.y * 512 + (threadIdx.x >> 5) * 64 + (lane >> 3) * 16; k0 < len32;
+       k0 += gridDim.y * 512) {  // k0 a multiple of 16, len32 of 32: the group is whole
+    uint32_t r[16];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int w = threadIdx.x + 256 * i, r = w / 16, col = c0 + (w % 16) * 4, key = k0 + r;
-      uint32_t x = 0;
-      if (key < si.seqlen_k && col < p.headdim_v) {
-        const uint8_t* src = v + int64_t(key) * p.v_row_stride + col;
+    for (int i = 0; i < 16; ++i) {
+      r[i] = 0;
+      if (k0 + i < si.seqlen_k) {
+        const uint8_t* src = v + int64_t(k0 + i) * p.v_row_stride;
         if constexpr (kWords) {
-          x = *reinterpret_cast<const uint32_t*>(src);
+          r[i] = *reinterpret_cast<const uint32_t*>(src);
         } else {
 #pragma unroll
           for (int j = 0; j < 4; ++j)
-            if (col + j < p.headdim_v) x |= uint32_t(src[j]) << (8 * j);
+            if (j < ncols) r[i] |= uint32_t(src[j]) << (8 * j);
         }
       }
-      tile[r][w % 16] = x;
     }
-    __syncthreads();
+    // Column position 4 t + n of the group holds key vt_key_of: 2 t, 2 t + 1, 2 t + 8, 2 t + 9
+    // for n = 0..3; a 4 x 4 byte transpose of those rows gives each column's word t.
+    uint32_t w[4][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int w = threadIdx.x + 256 * i, c = w / 16, m = w % 16;  // column c0 + c, keys 4 m..
-      if (c0 + c < p.headdim_v && k0 + 4 * m < len32) {
-        uint32_t word = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)  // k0 is a multiple of 64: the tile's own groups of 32
-          word |= ((tile[vt_key_of(4 * m + j)][c / 4] >> (8 * (c % 4))) & 0xffu) << (8 * j);
-        *reinterpret_cast<uint32_t*>(out + int64_t(c0 + c) * pitch + k0 + 4 * m) = word;
-      }
+    for (int t = 0; t < 4; ++t) {
+      const uint32_t lo01 = __byte_perm(r[2 * t], r[2 * t + 1], 0x5140);
+      const uint32_t hi01 = __byte_perm(r[2 * t], r[2 * t + 1], 0x7362);
+      const uint32_t lo89 = __byte_perm(r[2 * t + 8], r[2 * t + 9], 0x5140);
+      const uint32_t hi89 = __byte_perm(r[2 * t + 8], r[2 * t + 9], 0x7362);
+      w[0][t] = __byte_perm(lo01, lo89, 0x5410);
+      w[1][t] = __byte_perm(lo01, lo89, 0x7632);
+      w[2][t] = __byte_perm(hi01, hi89, 0x5410);
+      w[3][t] = __byte_perm(hi01, hi89, 0x7632);
     }
-    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (j < ncols)
+        *reinterpret_cast<uint4*>(out + j * pitch + k0) = make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]);
   }
 }
 
@@ -88,10 +100,10 @@ inline void run_fp8_stage(const FwdParams& p, const Fp8Stage& s, uint8_t* ws,
   if (p.nheads_k <= 0 || p.batch <= 0 || p.headdim_v <= 0) return;
   const int64_t pairs = int64_t(p.batch) * p.nheads_k;
   if (pairs > INT32_MAX) throw std::runtime_error("flashattn sm90 fp8: 2^31 (batch, KV head) pairs or more");
-  const int64_t key_tiles = (int64_t(p.seqlen_k) + 63) / 64;
+  const int64_t key_tiles = (int64_t(p.seqlen_k) + 511) / 512;
   const dim3 grid(static_cast<unsigned>(pairs),
                   static_cast<unsigned>(key_tiles < 1 ? 1 : key_tiles > 65535 ? 65535 : key_tiles),
-                  static_cast<unsigned>((p.headdim_v + 63) / 64));
+                  static_cast<unsigned>((p.headdim_v + 31) / 32));
   const bool words = reinterpret_cast<uintptr_t>(p.v_ptr) % 4 == 0 && p.v_row_stride % 4 == 0 &&
                      p.v_head_stride % 4 == 0 && p.v_batch_stride % 4 == 0 && p.headdim_v % 4 == 0;
   if (!s.vchip) {
