@@ -596,9 +596,9 @@ def kernel_path(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None
     The op's own choice (csrc/api/backend_choice.h), with the op's input checks; nothing runs.
     FLASHATTN_FORCE_BACKEND=sm80|sm90 forces CUDA calls onto one backend; forced to sm90, a
     call the sm90 forward does not take raises RuntimeError saying why. The backward runs
-    sm90 where its kernels take the call (head-dim buckets 64, 128 and 256; softcap / ALiBi
-    not with dropout or a block mask; deterministic only under FLASHATTN_SM90_DET_BWD=1, a
-    variant not yet run on a GPU), else sm80, also under FLASHATTN_FORCE_BACKEND=sm90 (=sm80 forces
+    sm90 where its kernels take the call (head-dim buckets 64, 128 and 256, and 96 / 192 with
+    equal qk and v head dims; softcap / ALiBi not with dropout or a block mask; deterministic
+    plain calls), else sm80, also under FLASHATTN_FORCE_BACKEND=sm90 (=sm80 forces
     both); the "bwd" answer assumes deterministic=False.
 
     Arguments: those of flash_attn_func (padded) or flash_attn_varlen_func (with cu_seqlens_q/k;

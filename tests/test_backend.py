@@ -158,8 +158,9 @@ def test_cuda_sm90_forward(hd, case, force, dtype, monkeypatch):
     decode = force == "auto" and sq * (H // Hk) <= 64 and sk >= 512
     assert flashattn.kernel_path(q, k, v, **kw) == ("sm80-decode" if decode else "sm90")
     # The sm90 backward takes the head-dim buckets 64 (33..64), 128 (97..128) and 256 (193..256:
-    # kernel_bwd_d256_sm90.cuh).
-    bwd90 = 32 < max(d, dv) <= 64 or 96 < max(d, dv) <= 128 or 192 < max(d, dv) <= 256
+    # kernel_bwd_d256_sm90.cuh), and with d == dv 96 and 192 on the next kernel up.
+    m = max(d, dv)
+    bwd90 = 32 < m <= 256 and (d == dv or m <= 64 or 96 < m <= 128 or 192 < m)
     assert flashattn.kernel_path(q, k, v, direction="bwd", **kw) == ("sm90" if bwd90 else "sm80")
     dout = rand([B, sq, H, dv], dtype, "cuda")
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))

@@ -189,7 +189,7 @@ inline Backend choose_fwd_kvcache(const FwdParams& p) {
 // The backward of a CUDA call whose params are filled (gradient pointers may be null when only
 // asking). sm90 where its backward takes the call (buckets 64 / 128 / 256; 96 / 192 on the next
 // kernel up unless FLASHATTN_SM90_BWD_PAD=0; softcap / ALiBi not
-// with dropout or a block mask, deterministic only under FLASHATTN_SM90_DET_BWD=1,
+// with dropout or a block mask, deterministic unless FLASHATTN_SM90_DET_BWD=0,
 // TMA-addressable), else sm80 -- also under FLASHATTN_FORCE_BACKEND=sm90, which forces the
 // forward (the sm90 backward covers less; kernel_path says which runs);
 // FLASHATTN_FORCE_BACKEND=sm80 forces both directions.
@@ -220,7 +220,7 @@ inline Backend choose_bwd(const BwdParams& p) {
     fail("deterministic=True with position offsets on CUDA is not built yet (issue 17) for "
          "this call: the sm80 deterministic backward's order of the dQ adds follows the mask "
          "without them (the sm90 backward's deterministic variant takes them, on Hopper under "
-         "FLASHATTN_SM90_DET_BWD=1); it runs on CPU tensors");
+         "its plain calls unless FLASHATTN_SM90_DET_BWD=0); it runs on CPU tensors");
   return sm80_or_fail("the backward");
 #endif
 }
