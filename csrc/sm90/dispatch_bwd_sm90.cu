@@ -32,8 +32,8 @@ const char* bwd_unsupported_here(const BwdParams& p) {
     return "the device (sm90 kernels run on compute capability 9.0 only)";
   const int bucket = sm90_bwd_kernel_dim(p);
   if (bucket == 0)
-    return "head dims outside the 64, 96, 128, 192 and 256 buckets (96 / 192 with equal qk and "
-           "v head dims only, and not under FLASHATTN_SM90_BWD_PAD=0)";
+    return "head dims outside the 64, 96, 128, 192 and 256 buckets (96 / 192: equal qk and v "
+           "head dims, no dropout, not deterministic, not under FLASHATTN_SM90_BWD_PAD=0)";
   int64_t smem = BwdConfigD256::kSmem;  // the d 256 kernel takes no block mask
   if (bucket == 256) {
     if (const char* why = bwd_d256_unsupported(p)) return why;

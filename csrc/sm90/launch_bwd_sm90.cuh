@@ -63,11 +63,14 @@ inline bool sm90_det_bwd_enabled() { return !env_is("FLASHATTN_SM90_DET_BWD", '0
 // The sm90 kernel (64, 128 or 256; 0: none) of a call's head-dim bucket: its own, and the
 // buckets 96 and 192 (qk = v) on the next kernel up, its columns past the head dim zero (4 / 3
 // the MMA work of a kernel of their own), 1.43-1.64x the sm80 backward at d 96 / 192 (H100,
-// 2026-12-06); FLASHATTN_SM90_BWD_PAD=0 (read per call) sends them to sm80.
+// 2026-12-06; plain, softcap and ALiBi calls: dropout and deterministic calls there have not
+// run on a GPU, so sm80 takes them); FLASHATTN_SM90_BWD_PAD=0 (read per call) sends all to sm80.
 inline int sm90_bwd_kernel_dim(const BwdParams& p) {
   const int b = headdim_bucket(p.headdim, p.headdim_v);
   if (b == 64 || b == 128 || b == 256) return b;
-  if (env_is("FLASHATTN_SM90_BWD_PAD", '0') || p.headdim != p.headdim_v) return 0;
+  if (env_is("FLASHATTN_SM90_BWD_PAD", '0') || p.headdim != p.headdim_v ||
+      p.dropout_threshold > 0 || p.deterministic)
+    return 0;
   return b == 96 ? 128 : b == 192 ? 256 : 0;
 }
 
