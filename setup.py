@@ -1,5 +1,5 @@
-"""Build flashattn: one stable-ABI, limited-API extension `flashattn._C` (or two: see
-FLASHATTN_SPLIT_CUDA).
+"""Build flashattn: two stable-ABI, limited-API extensions, `flashattn._C` and, with CUDA,
+`flashattn._C_cuda` (or one: see FLASHATTN_SPLIT_CUDA).
 
 Build flags (environment variables; each is also a C++ macro and a key of
 flashattn/_build_config.py's BUILD_CONFIG):
@@ -13,11 +13,13 @@ flashattn/_build_config.py's BUILD_CONFIG):
   FLASHATTN_DISABLE_DROPOUT=1   no CUDA dropout kernels (the CPU's dropout stays): a CUDA call
                                 with dropout_p > 0 raises naming the flag (a shorter build)
   FLASHATTN_DISABLE_BLOCK_SPARSE=1  no CUDA block-sparse kernels (the CPU's stay), likewise
-  FLASHATTN_SPLIT_CUDA=1        the CUDA kernels in a second extension, flashattn._C_cuda, which
-                                flashattn/__init__.py loads only when torch has CUDA: `_C` (the
-                                API and the CPU backend) links torch's CPU libraries alone, so
-                                the same wheel imports on a CPU-only torch (csrc/common/
-                                cuda_table.h); not yet the default (not yet run on a GPU)
+  FLASHATTN_SPLIT_CUDA=0        one extension, `_C`, holding the CUDA kernels too (it then needs
+                                a CUDA torch). Default (unset or 1): the CUDA kernels in a
+                                second extension, flashattn._C_cuda, which flashattn/__init__.py
+                                loads only when torch has CUDA: `_C` (the API and the CPU
+                                backend) links torch's CPU libraries alone, so the same wheel
+                                imports on a CPU-only torch (csrc/common/cuda_table.h); the
+                                CUDA tests passed with it on an H100, 2026-12-06
   FLASHATTN_LINEINFO=1          nvcc -lineinfo (source lines for profilers and sanitizers;
                                 off by default: a release wheel does not carry them)
   TORCH_CUDA_ARCH_LIST          the CUDA targets (tools/build_archs.py: "9.0a" or "9.0" builds
@@ -52,8 +54,12 @@ TORCH_TARGET = f"{_TARGET >> 56}.{_TARGET >> 48 & 0xff}"
 # py_limited_api=True extensions.
 
 
+DEFAULT_ON = {"FLASHATTN_SPLIT_CUDA"}  # flags that an unset variable turns on
+
+
 def env_flag(name):
-    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+    default = "1" if name in DEFAULT_ON else "0"
+    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on")
 
 
 def nvcc_version(cuda_home):
