@@ -117,6 +117,14 @@ template <int kD, int kDv, int kVChip = 0>
 using FwdConfigFp8 = FwdConfig<kD, kDv, fwd_tile_fp8(kD, kDv).block_m, fwd_tile_fp8(kD, kDv).block_n,
                                fwd_tile_fp8(kD, kDv).stages, fwd_tile_fp8(kD, kDv).schedule,
                                FLASHATTN_SM90_FP8_EXPFMA, 0, fwd_v_late(kD, kDv), 1, kVChip>;
+// FLASHATTN_SM90_SKIP_RESCALE (a build's A/B, default 0; written 2026-12-06, compiled, not yet
+// run): a warp skips O's rescale after a key block that moved none of its rows' maxima (a
+// vote; alpha is then exactly 1), kDv / 2 multiplies a thread a block (at d 256 with FP8's 64
+// keys, as many as its exponentials) that otherwise sit between P V's wait and the next turn.
+// 1: in the FP8 kernels; 2: in the 16-bit ones too (not with dropout).
+#ifndef FLASHATTN_SM90_SKIP_RESCALE
+#define FLASHATTN_SM90_SKIP_RESCALE 0
+#endif
 // FP8: P is scaled by 2^kFp8PLog2 before its rounding to e4m3 (tests/reference.py's emulation:
 // its normal range then reaches 2^-14 of the row's largest), which the row sum carries too.
 inline constexpr float kFp8PLog2 = 8.f;

@@ -308,6 +308,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     float o[kDv / 2], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     float alpha[2];
+    // FLASHATTN_SM90_SKIP_RESCALE (fwd_config_sm90.cuh): 1 the FP8 kernels, 2 all but dropout's
+    // (ptxas: the d 128 block-sparse variant then spills 84 bytes, not 12; d 256 plain 8, not 0).
+    constexpr bool kSkipRescale = FLASHATTN_SM90_SKIP_RESCALE >= (kFp8 ? 1 : 2) && !Has_dropout;
     uint32_t pa[kPK][4], pb[kPK][4];
 #pragma unroll
     for (int i = 0; i < kDv / 2; ++i) o[i] = 0.f;
@@ -430,7 +433,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
         // -inf guards: a row with nothing visible yet keeps max -inf and P = 0 (exp2(-inf)).
         const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-        alpha[r] = row_max[r] == -INFINITY ? 0.f : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
+        alpha[r] = row_max[r] == -INFINITY       ? 0.f
+                   : kSkipRescale && mx == row_max[r] ? 1.f
+                                                      : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
         row_max[r] = mx;
         const float m_sub = kFp8 ? m_scaled - kFp8PLog2 : m_scaled;  // FP8: P~ = 2^8 P
 #pragma unroll
@@ -507,6 +512,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     };
     auto softmax = [&](int it, uint32_t (&a)[kPK][4]) { pack_p(scores(it), a); };
     auto rescale_o = [&]() {
+      if constexpr (kSkipRescale)  // no row of this warp moved its max
+        if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
       for (int j = 0; j < kON; ++j)
 #pragma unroll
