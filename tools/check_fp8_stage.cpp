@@ -5,8 +5,8 @@
 // row g + 8 (r & 1), column 4 (lane % 4) + i + 16 (r >> 1)) once V^T's columns are permuted;
 // each S element of a slab is packed once; over random varlen metadata (malformed included:
 // clamped as seq_info does), the sequences' V^T regions (vt_seq_col0) are 128-aligned, their
-// written keys inside the pitch fp8_stage_of sizes, and, rounded up to 128 keys (the widest
-// key block a tile reads), disjoint where the sequences are.
+// written keys inside the pitch fp8_stage_of sizes, and, rounded up to the widest key block a
+// tile reads (fwd_fp8_block_n_max), disjoint where the sequences are.
 // CASES random varlen batches, SEED.
 #include <cstdio>
 #include <cstdlib>
@@ -74,8 +74,17 @@ int main(int argc, char** argv) {
     // the other's (malformed ones may share keys and regions: wrong numbers, in bounds).
     for (int a0 = 0; a0 < batch; ++a0)
       for (int b = a0 + 1; b < batch; ++b)
-        if (row0[b] >= row0[a0] + len[a0] && c0[b] < c0[a0] + (len[a0] + 127) / 128 * 128) ++bad;
+        if (row0[b] >= row0[a0] + len[a0] &&
+            c0[b] < c0[a0] + round_up(len[a0], fwd_fp8_block_n_max()))
+          ++bad;
   }
+  // The worst alignments: a sequence of every length below 1024 from every start mod 256, the
+  // next right after it: its last key block (fwd_fp8_block_n_max keys from its region's
+  // start, rounded) ends before the next region.
+  for (int64_t r0 = 0; r0 < 256; ++r0)
+    for (int64_t len = 1; len < 1024; ++len)
+      if (vt_seq_col0(r0 + len, 1) - vt_seq_col0(r0, 0) < round_up(len, fwd_fp8_block_n_max()))
+        ++bad;
   std::printf("fp8 stage layout: %d cases, %d failures\n", cases, bad);
   return bad == 0 ? 0 : 1;
 }

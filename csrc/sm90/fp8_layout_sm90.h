@@ -6,9 +6,9 @@
 //     padded: vt[((b * nheads_k + hk) * headdim_v + c) * pitch + L], pitch = seqlen_k rounded
 //             up to 32;
 //     varlen: vt[(hk * headdim_v + c) * pitch + vt_seq_col0(k_row0, b) + L], pitch =
-//             total_k rounded up to 128 plus 256 per sequence: disjoint, 128-aligned regions,
-//             each its length rounded up to 128 keys long (the widest key block the kernel
-//             reads; past the rounded length to 32, zeros of the zeroed workspace);
+//             total_k rounded up to 128 plus kVtRoom per sequence: disjoint, 128-aligned
+//             regions, each its length rounded up to the widest key block the kernel reads
+//             long (past the rounded length to 32, zeros of the zeroed workspace);
 //   L is the key's column: within each group of 32 keys, key 16 h + 8 a + 2 t + e sits at
 //   column 16 h + 4 t + 2 a + e (vt_col_of), the order of the e4m3 P registers the kernel
 //   packs from its S accumulators without any shuffle (kernel_fwd_sm90.cuh's softmax). The
@@ -24,6 +24,7 @@
 
 #include "../common/params.h"
 #include "../common/seqlen.h"
+#include "tile_fwd_sm90.h"
 
 namespace flashattn::sm90 {
 
@@ -48,9 +49,15 @@ FLASHATTN_HOST_DEVICE constexpr int fp8_pack_idx(int r, int i) {
   return 8 * (r >> 1) + 2 * (r & 1) + 4 * (i >> 1) + (i & 1);
 }
 
+// Varlen: a sequence's region starts at its first key rounded up to 128, plus kVtRoom for each
+// sequence before it, so that its last key block (blocks of up to 192 keys from the region's
+// start) ends before the next region (tools/check_fp8_stage.cpp: every start mod 256, every
+// length below 1024).
+inline constexpr int kVtRoom = 256;
+static_assert(fwd_fp8_block_n_max() <= 192, "kVtRoom holds key blocks of up to 192");
 // Varlen: the first V^T column of sequence b, whose keys start at row k_row0 of k / v.
 FLASHATTN_HOST_DEVICE int64_t vt_seq_col0(int64_t k_row0, int b) {
-  return ((k_row0 + 127) & ~int64_t(127)) + 256 * int64_t(b);
+  return ((k_row0 + 127) & ~int64_t(127)) + kVtRoom * int64_t(b);
 }
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -75,7 +82,7 @@ inline Fp8Stage fp8_stage_of(const FwdParams& p, bool vchip) {
   s.vchip = vchip;
   const int64_t rows_q = p.is_varlen ? p.total_q : int64_t(p.batch) * p.seqlen_q;
   const int64_t rows_k = p.is_varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
-  s.vt_pitch = p.is_varlen ? round_up(p.total_k, 128) + 256 * int64_t(p.batch)
+  s.vt_pitch = p.is_varlen ? round_up(p.total_k, 128) + kVtRoom * int64_t(p.batch)
                            : round_up(p.seqlen_k, 32);
   s.vt_bytes = vchip ? 0 : int64_t(p.is_varlen ? 1 : p.batch) * p.nheads_k * p.headdim_v * s.vt_pitch;
   s.q = !tma_bytes_ok(p.q_ptr, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
