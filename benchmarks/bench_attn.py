@@ -43,7 +43,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--N", nargs="+", type=int, default=[512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--causal", nargs="+", type=int, default=[0, 1], choices=[0, 1])
     parser.add_argument("--dtype", default="bf16", choices=sorted(bench.DTYPES))
-    parser.add_argument("--impls", nargs="+", help="keep only these implementations")
+    parser.add_argument("--impls", nargs="+",
+                        help="keep only these implementations (the variants --deterministic, "
+                             "--dropout and --sink ask for, and --dtype fp8's bf16 base, stay)")
     parser.add_argument("--require-peer", action="extend", nargs="+", default=[],
                         choices=bench.PEER_NAMES, metavar="NAME",
                         help="fail (no JSON) if this peer cannot be set up or gives no number "

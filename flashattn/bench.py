@@ -252,10 +252,11 @@ def _ours_fp8(q, k, v, q_descale, k_descale, v_descale, causal):
 
 def fp8_implementations(names: Optional[list] = None) -> list:
     """--dtype fp8: our FP8 forward ("flashattn", random descales) and our bf16 forward of the
-    same cell ("flashattn_bf16"), forward only; no peer (SDPA has no FP8)."""
+    same cell ("flashattn_bf16", the ratio's base: kept whatever `names` says), forward only; no
+    peer (SDPA has no FP8)."""
     impls = [Impl(OURS, _ours_fp8, heads_first=False, modes=("fwd",), inputs=_fp8_inputs),
              Impl(OURS_BF16, _ours, heads_first=False, modes=("fwd",), inputs=_bf16_inputs)]
-    return [impl for impl in impls if names is None or impl.name in names]
+    return [impl for impl in impls if names is None or impl.name in names or impl.name == OURS_BF16]
 
 
 def fp8_unavailable(device: torch.device) -> Optional[str]:
@@ -287,7 +288,8 @@ def implementations(device: torch.device, names: Optional[list] = None,
     when flash_attn.cute imports (unavailable_peers says why not), on the CPU torch's
     default CPU SDPA ("sdpa"). deterministic: also ours with deterministic=True on the
     backward cells; dropout: ours with dropout_p = DROPOUT_P; sink: ours with a
-    learnable_sink (VARIANTS). `names` keeps only those named."""
+    learnable_sink (VARIANTS). `names` keeps only those named, and the variants the flags ask
+    for (naming the peers alone must not drop them: a 2026-12-06 run lost its det column so)."""
     impls = [Impl(OURS, _ours, heads_first=False)]
     if deterministic:
         impls.append(Impl(OURS_DET, _ours_det, heads_first=False, modes=("bwd",)))
@@ -305,7 +307,7 @@ def implementations(device: torch.device, names: Optional[list] = None,
             impls.append(Impl(FA4, _fa4(func), heads_first=False, rejects=(Exception,)))
     else:
         impls.append(Impl(SDPA_CPU, _sdpa, heads_first=True))
-    return [impl for impl in impls if names is None or impl.name in names]
+    return [impl for impl in impls if names is None or impl.name in names or impl.name in VARIANTS]
 
 
 @dataclass

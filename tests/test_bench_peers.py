@@ -181,3 +181,15 @@ def test_kernel_path_bwd(monkeypatch):
     monkeypatch.setattr(bench.flashattn, "kernel_path", no_bwd)
     assert bench.kernel_path(cell, torch.device("cpu")) is None
     assert bench.kernel_path(fwd, torch.device("cpu")) == "sm90"
+
+
+def test_impls_filter_keeps_asked_variants():
+    """--impls names peers; the variant columns the flags ask for (and FP8's bf16 base) stay:
+    a run with `--deterministic --impls flashattn sdpa_cudnn` must still time flashattn_det."""
+    cpu = torch.device("cpu")
+    names = [i.name for i in bench.implementations(cpu, ["flashattn"], deterministic=True,
+                                                   dropout=True, sink=True)]
+    assert names == [bench.OURS, bench.OURS_DET, bench.OURS_DROP, bench.OURS_SINK]
+    assert [i.name for i in bench.implementations(cpu, ["sdpa"])] == ["sdpa"]
+    assert [i.name for i in bench.fp8_implementations(["flashattn"])] == [bench.OURS,
+                                                                          bench.OURS_BF16]
