@@ -433,9 +433,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
         // -inf guards: a row with nothing visible yet keeps max -inf and P = 0 (exp2(-inf)).
         const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-        alpha[r] = row_max[r] == -INFINITY       ? 0.f
+        alpha[r] = row_max[r] == -INFINITY         ? 0.f
                    : kSkipRescale && mx == row_max[r] ? 1.f
-                                                      : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
+                   : exp2_ftz(row_max[r] * scale_log2 - m_scaled);
         row_max[r] = mx;
         const float m_sub = kFp8 ? m_scaled - kFp8PLog2 : m_scaled;  // FP8: P~ = 2^8 P
 #pragma unroll

@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (j < ncols)
-        *reinterpret_cast<uint4*>(out + j * pitch + k0) = make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]);
+        *reinterpret_cast<uint4*>(out + j * pitch + k0) =
+            make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]);
   }
 }
 
