@@ -214,8 +214,8 @@ def sm90_bwd_d256_dropout_factors(device):
 
 @pytest.mark.parametrize("device,c", cuda_case_params(sm90_bwd_d256_dropout_factors, seed=5))
 def test_dropout_sm90_backward_d256(device, c, seed, monkeypatch):
-    """The d 256 sm90 dropout backward (off by default until a GPU run has passed these;
-    FLASHATTN_SM90_DROPOUT_BWD_D256=1 is set here), on the sm90 forward: the checks of
+    """The d 256 sm90 dropout backward (the default since these passed on an H100, 2026-12-06;
+    FLASHATTN_SM90_DROPOUT_BWD_D256=1 set here all the same), on the sm90 forward: the checks of
     test_dropout, with the op's own choice asserted to be the sm90 backward (skipped off
     Hopper)."""
     skip_unless_sm90()

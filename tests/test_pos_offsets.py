@@ -12,7 +12,8 @@ offsets equal none bit for bit; argument errors; opcheck. On CUDA the main kerne
 offsets in their mask and ALiBi; with dropout the cases check that the call raises "dropout
 with position offsets on CUDA is not built yet (issue 17)" instead (deterministic=True raises
 likewise on sm80; the padded cases' "det" variants run deterministic=True, on Hopper through the
-sm90 backward's deterministic variant under FLASHATTN_SM90_DET_BWD=1).
+sm90 backward's deterministic variant, the default there; FLASHATTN_SM90_DET_BWD=1 is set all
+the same).
 """
 import pytest
 import torch
@@ -69,7 +70,8 @@ def _dt(device):
 
 def _sm90_det(device, det, d, p, softcap, alibi, monkeypatch):
     """det: deterministic=True (the CPU always is). On CUDA only the sm90 backward's
-    deterministic variant takes offsets: on Hopper, FLASHATTN_SM90_DET_BWD=1 (set here), its
+    deterministic variant takes offsets: on Hopper (its default; FLASHATTN_SM90_DET_BWD=1 set
+    here), its
     buckets (64, 128, 256), no dropout, softcap or ALiBi; other CUDA cases skip."""
     if not det or device != "cuda":
         return
