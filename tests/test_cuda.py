@@ -178,8 +178,9 @@ def test_deterministic_rotation_chunks_match_reference(hd, sl, heads, chunk, mon
 def test_deterministic_sm90(hd, sl, causal, window, heads, monkeypatch):
     """The sm90 backward's deterministic variant (the default on Hopper since these passed
     on an H100, 2026-12-06; FLASHATTN_SM90_DET_BWD=1 set here all the same): its dQ adds in
-    key-block order over query blocks visited from the last down, GQA's dK / dV adds in head order. The op's choice asserted
-    to be sm90, then against the reference and bitwise over two runs (skipped off Hopper)."""
+    key-block order over query blocks visited from the last down, GQA's dK / dV adds in head
+    order. The op's choice asserted to be sm90, then against the reference and bitwise over
+    two runs (skipped off Hopper)."""
     from test_attention import run_case, window_for
 
     skip_unless_sm90()
