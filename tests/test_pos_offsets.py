@@ -9,11 +9,13 @@ a different offset per batch and varlen with one per sequence (a zero-length one
 odd and unequal lengths, GQA, causal / window / ALiBi / dropout / softcap / sink; a block of a
 longer self-attention computed with offsets equals that block's rows of the full call; zero
 offsets equal none bit for bit; argument errors; opcheck. On CUDA the main kernels take the
-offsets in their mask and ALiBi; with dropout the cases check that the call raises "dropout
-with position offsets on CUDA is not built yet (issue 17)" instead (deterministic=True raises
-likewise on sm80; the padded cases' "det" variants run deterministic=True, on Hopper through the
-sm90 backward's deterministic variant, the default there; FLASHATTN_SM90_DET_BWD=1 is set all
-the same).
+offsets in their mask, ALiBi and dropout's keep mask: offsets that are multiples of 16 shift
+whole 16 x 16 mask blocks, others take the kernels' cell-by-cell path (dropout_lanes.cuh); the
+dropout cases mix both in one call (one sequence aligned, one not) and reach the sm90 kernels
+at d 64 / 128 / 256 (fwd and bwd). deterministic=True with offsets raises "... with position
+offsets on CUDA is not built yet (issue 17)" on sm80; the padded cases' "det" variants run
+deterministic=True, on Hopper through the sm90 backward's deterministic variant, the default
+there (FLASHATTN_SM90_DET_BWD=1 is set all the same).
 """
 import pytest
 import torch
@@ -32,10 +34,16 @@ PADDED = [
     (17, 9, (2, 1), 40, False, (5, 3), "bh", 0.0, 2.0, True, [(0, 30), (45, 2)]),
     (9, 23, (3, 3), 16, True, (6, -1), None, 0.3, 0.0, False, [(33, 1), (16, 48)]),
     (31, 31, (4, 1), 24, False, (-1, -1), "bh", 0.25, 0.0, True, [(31, 0), (0, 62)]),
-    # Without dropout (CUDA takes offsets there only): the mask and ALiBi at the positions
+    # Without dropout: the mask and ALiBi at the positions
     (13, 13, (4, 2), 32, True, (-1, -1), "h", 0.0, 0.0, False, [(20, 3), (7, 7)]),
     (150, 200, (2, 2), 64, False, (40, 25), "bh", 0.0, 0.0, True, [(300, 10), (0, 170)]),
     (70, 70, (4, 1), 128, True, (30, -1), None, 0.0, 0.0, False, [(140, 0), (64, 200)]),
+    # Dropout on the sm90 buckets: one batch's offsets multiples of 16 (whole mask blocks), the
+    # other's not (the cell-by-cell path), in one call
+    (150, 200, (2, 2), 64, False, (40, 25), "bh", 0.15, 0.0, True, [(304, 16), (3, 170)]),
+    (70, 70, (4, 1), 128, True, (30, -1), None, 0.2, 0.0, False, [(140, 0), (64, 208)]),
+    (65, 130, (2, 1), 256, True, (-1, -1), None, 0.1, 0.0, False, [(16, 32), (5, 0)]),
+    (100, 100, (2, 2), 96, False, (-1, -1), "h", 0.25, 3.0, False, [(0, 48), (77, 9)]),
 ]
 # (lens, heads, d, causal, window, alibi, dropout, sink, offsets per sequence (q, k))
 VARLEN = [
@@ -44,24 +52,13 @@ VARLEN = [
     ([11, 3, 6], (3, 3), 16, True, (7, -1), None, 0.3, False, [(22, 11), (0, 0), (6, 18)]),
     ([7, 0, 140], (4, 2), 64, True, (-1, -1), "bh", 0.0, False, [(14, 0), (5, 5), (0, 36)]),
     ([90, 33], (2, 2), 128, False, (20, 10), None, 0.0, True, [(60, 0), (0, 90)]),
+    ([7, 0, 140], (4, 2), 64, True, (-1, -1), "bh", 0.1, False, [(16, 0), (5, 5), (32, 48)]),
+    ([90, 33], (2, 2), 128, False, (20, 10), None, 0.25, True, [(64, 0), (3, 90)]),
 ]
 
 
 def _rng():
     return torch.randint(-(2 ** 62), 2 ** 62, (2,), dtype=torch.int64)
-
-
-# CUDA's kernels take the offsets in the mask and ALiBi, not yet in dropout's keep mask.
-CUDA_DROPOUT_ERROR = "dropout with position offsets on CUDA is not built yet"
-
-
-def _cuda_dropout_raises(device, p, call):
-    """On CUDA with dropout: the call raises the named error (a check, not a skip); True then."""
-    if device != "cuda" or not p:
-        return False
-    with pytest.raises(RuntimeError, match=CUDA_DROPOUT_ERROR):
-        call()
-    return True
 
 
 def _dt(device):
@@ -104,8 +101,6 @@ def test_padded_matches_reference(device, case, det, monkeypatch):
                        dropout_p=p, rng_state=rng if p else None,
                        learnable_sink=leaves[3] if sink else None, q_pos_offset=qo,
                        k_pos_offset=ko)
-    if _cuda_dropout_raises(device, p, call):
-        return
     out, lse = call()
     grads = torch.autograd.grad(out, leaves, dout)
     ours = dict(out=out, lse=lse, dq=grads[0], dk=grads[1], dv=grads[2])
@@ -154,8 +149,6 @@ def test_varlen_matches_reference(device, case):
                               wr, 0.0, slopes, dropout_p=p, rng_state=rng if p else None,
                               learnable_sink=leaves[3] if sink else None, q_pos_offset=qo,
                               k_pos_offset=ko)
-    if _cuda_dropout_raises(device, p, call):
-        return
     out, lse = call()
     grads = torch.autograd.grad(out, leaves, dout)
     ours = dict(out=out, lse=lse, dq=grads[0], dk=grads[1], dv=grads[2])
@@ -187,23 +180,20 @@ def test_varlen_matches_reference(device, case):
                      3.0, dsink_ref.abs().max().item())
 
 
+@pytest.mark.parametrize("n,d", [(19, 32), (32, 64), (40, 128)], ids=["19", "32", "40"])
 @pytest.mark.parametrize("p", [0.3, 0.0])
 @pytest.mark.parametrize("device", DEVICES)
-def test_block_of_a_longer_sequence(device, p):
+def test_block_of_a_longer_sequence(device, p, n, d):
     # Square blocks (the diagonal shift sk - sq stays the call's, params.h): rows [a, a + n) of
     # a causal self-attention over S = 3 n against each key block [c, c + n), merged over the
     # blocks, are the full call's rows: ALiBi, dropout and the causal mask all at the global
-    # positions. n = 19 is not a multiple of the dropout mask's 16 x 16 blocks.
-    n, H, d = 19, 2, 32
+    # positions. n = 19 and 40 are not multiples of the dropout mask's 16 x 16 blocks (offsets
+    # n, 2 n: the cell-by-cell path on CUDA), 32 is (whole blocks); d 64 / 128 reach sm90.
+    H = 2
     S = 3 * n
     q, k, v = (rand([1, S, H, d], _dt(device), device) for _ in range(3))
     slopes = torch.rand(H, device=device) * 0.3 + 0.05
     rng = _rng().to(device) if p else None
-    one = torch.tensor([n], dtype=I32, device=device)
-    if _cuda_dropout_raises(device, p, lambda: ops.fwd(
-            q[:, :n], k[:, :n], v[:, :n], 0.2, True, -1, 0, 0.0, slopes, dropout_p=p,
-            rng_state=rng, q_pos_offset=one, k_pos_offset=one)):
-        return
     full, full_lse = ops.fwd(q, k, v, 0.2, True, -1, 0, 0.0, slopes, dropout_p=p, rng_state=rng)
     for a in (n, 2 * n):
         outs, lses = [], []
@@ -233,9 +223,6 @@ def test_zero_offsets_equal_none(device, p):
     rng = _rng().to(device)
     z = torch.zeros(2, dtype=I32, device=device)
     args = (q, k, v, 0.3, True, 5, 0, 0.0, slopes)
-    if _cuda_dropout_raises(device, p, lambda: ops.fwd(*args, dropout_p=p, rng_state=rng,
-                                                        q_pos_offset=z, k_pos_offset=z)):
-        return
     a = ops.fwd(*args, dropout_p=p, rng_state=rng if p else None)
     b = ops.fwd(*args, dropout_p=p, rng_state=rng if p else None, q_pos_offset=z,
                 k_pos_offset=z)

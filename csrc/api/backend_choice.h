@@ -91,16 +91,13 @@ inline Backend sm80_or_fail(const char* what) {
 
 // Issue 17's position offsets on CUDA: the sm80 / sm90 main kernels take them in their mask
 // and ALiBi (MaskInfo::pos_shift, int32: sequences and window sides below 2^28 so no sum of
-// a row, a shift of up to 2^30 and a window overflows); dropout's keep mask and the
-// deterministic backward's order do not take them yet (named errors, never local
-// positions); the decode kernels never see them (decode_shaped).
+// a row, a shift of up to 2^30 and a window overflows) and in dropout's keep mask
+// (dropout_lanes.cuh: whole 16 x 16 blocks when both offsets are multiples of 16, else cell
+// by cell); the sm80 deterministic backward's order does not take them yet (a named error,
+// choose_bwd); the decode kernels never see them (decode_shaped).
 inline constexpr int64_t kCudaPosOffsetLimit = int64_t(1) << 28;
 inline void check_cuda_pos_offsets(const FwdParams& p) {
   if (p.q_pos_offset == nullptr && p.k_pos_offset == nullptr) return;
-  if (p.dropout_threshold > 0)
-    fail("dropout with position offsets on CUDA is not built yet (issue 17): the CUDA "
-         "kernels' keep mask takes no q_pos_offset / k_pos_offset; it runs on CPU tensors "
-         "(ring attention with dropout_p > 0 too)");
   if (p.seqlen_q >= kCudaPosOffsetLimit || p.seqlen_k >= kCudaPosOffsetLimit ||
       p.window_left >= kCudaPosOffsetLimit || p.window_right >= kCudaPosOffsetLimit)
     fail("q_pos_offset / k_pos_offset on CUDA take sequences (max_seqlen for varlen) and "

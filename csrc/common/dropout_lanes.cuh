@@ -3,6 +3,11 @@
 // both accumulator orientations lanes L and L ^ 4 hold the same unit of a block (philox.h), so
 // a lane pair splits two blocks A, B: the even lane of the pair draws A, the odd one B, and
 // they swap the halves the other holds (2 shuffles per lane and pair of blocks).
+// Position offsets (params.h, issue 17): the kernels pass block indices of the call's own
+// (local) rows and key columns; the mask is that of (i + qo, j + ko). Offsets that are both
+// multiples of 16 shift whole blocks (the same one call per 16 cells); any other offsets take
+// the cell-by-cell path below (one call per cell, 16x the Philox work, the same bytes), chosen
+// per sequence (the offsets are uniform over a CTA).
 #pragma once
 #include <cstdint>
 
@@ -14,12 +19,60 @@ struct DropoutRng {
   uint64_t seed, offset;
   uint32_t threshold4;  // the 8-bit threshold in every byte (for __vcmpgeu4)
   int32_t b, h;
+  int32_t qo = 0, ko = 0;  // the sequence's position offsets (clamped, mask.h), 0 without
 };
 
 __device__ __forceinline__ DropoutRng dropout_rng(const int64_t* rng_state, uint32_t threshold,
-                                                  int b, int h) {
+                                                  int b, int h, int32_t qo, int32_t ko) {
   return DropoutRng{static_cast<uint64_t>(rng_state[0]), static_cast<uint64_t>(rng_state[1]),
-                    threshold * 0x01010101u, b, h};
+                    threshold * 0x01010101u, b, h, qo, ko};
+}
+
+// Whether the offsets keep the 16 x 16 blocks whole (both multiples of 16, or none).
+__device__ __forceinline__ bool dropout_blocks_aligned(const DropoutRng& r) {
+  return ((r.qo | r.ko) & 15) == 0;
+}
+
+// The keep byte (philox.h) of cell (i, j) of the offset plane (i, j already include qo, ko).
+__device__ __forceinline__ uint32_t dropout_byte_at(const DropoutRng& r, int i, int j) {
+  const int rr = i & 15, cc = j & 15;
+  const Philox4 x = dropout_bits(r.seed, r.offset, r.b, r.h, i >> 4, j >> 4, dropout_unit(rr, cc));
+  const int w = dropout_word(rr);
+  const uint32_t word = w == 0 ? x.x[0] : w == 1 ? x.x[1] : w == 2 ? x.x[2] : x.x[3];
+  return (word >> (8 * dropout_byte_in_word(cc))) & 0xffu;
+}
+
+// The cell-by-cell path: four keep words, byte e of word k the cell below of the offset
+// plane, one Philox call per cell in a loop that is not unrolled (one copy of the Philox
+// rounds per call site; inlined: a call costs the kernels more spills than the loop does). kind 0: S,
+// blocks A = (I, J), B = (I, J + 1) (dropout_words_s: word k row g + 8 (k & 1) of block A (k
+// < 2) or B, byte e column 8 (e >> 1) + 2t + (e & 1)); kind 1: S^T, blocks A = (I, J), B =
+// (I2, J2) (dropout_words_st: word k query row 8 (e >> 1) + 2q + (k & 1) of block A (k < 2) or
+// B, key column k' + 8 (e & 1), k' = lane / 4).
+struct DropoutWords4 {
+  uint32_t w[4];
+};
+__device__ __forceinline__ DropoutWords4 dropout_words_cells(const DropoutRng& r, int kind,
+                                                             int lane, int I, int J, int I2,
+                                                             int J2) {
+  DropoutWords4 out{{0u, 0u, 0u, 0u}};
+  const int hi = lane >> 2, lo = lane & 3;
+#pragma unroll 1
+  for (int n = 0; n < 16; ++n) {
+    const int k = n >> 2, e = n & 3;
+    int i, j;
+    if (kind == 0) {
+      i = I * 16 + hi + 8 * (k & 1);
+      j = (J + (k >> 1)) * 16 + 8 * (e >> 1) + 2 * lo + (e & 1);
+    } else {
+      i = (k >> 1 ? I2 : I) * 16 + 8 * (e >> 1) + 2 * lo + (k & 1);
+      j = (k >> 1 ? J2 : J) * 16 + hi + 8 * (e & 1);
+    }
+    const uint32_t v = dropout_byte_at(r, i + r.qo, j + r.ko) << (8 * e);
+#pragma unroll
+    for (int x = 0; x < 4; ++x) out.w[x] |= k == x ? v : 0u;
+  }
+  return out;
 }
 
 // 0xff in each byte whose Philox byte keeps its cell, 0 where dropped.
@@ -34,6 +87,12 @@ __device__ __forceinline__ uint32_t dropout_kept4(const DropoutRng& r, uint32_t 
 __device__ __forceinline__ void dropout_words_s(const DropoutRng& r, int I, int J, int lane,
                                                 uint32_t (&a)[2], uint32_t (&b)[2]) {
   const int g = lane >> 2, t = lane & 3;
+  if (!dropout_blocks_aligned(r)) {
+    const DropoutWords4 x = dropout_words_cells(r, 0, lane, I, J, I, J + 1);
+    a[0] = x.w[0], a[1] = x.w[1], b[0] = x.w[2], b[1] = x.w[3];
+    return;
+  }
+  I += r.qo >> 4, J += r.ko >> 4;
   const bool odd = g & 1;
   const Philox4 x = dropout_bits(r.seed, r.offset, r.b, r.h, I, J + (odd ? 1 : 0),
                                  (g >> 1) * 4 + t);
@@ -53,6 +112,12 @@ __device__ __forceinline__ void dropout_words_s(const DropoutRng& r, int I, int 
 __device__ __forceinline__ void dropout_words_s1(const DropoutRng& r, int I, int J, int lane,
                                                  uint32_t (&a)[2]) {
   const int g = lane >> 2, t = lane & 3;
+  if (!dropout_blocks_aligned(r)) {  // words 2, 3 (block J + 1) unused
+    const DropoutWords4 x = dropout_words_cells(r, 0, lane, I, J, I, J + 1);
+    a[0] = x.w[0], a[1] = x.w[1];
+    return;
+  }
+  I += r.qo >> 4, J += r.ko >> 4;
   const Philox4 x = dropout_bits(r.seed, r.offset, r.b, r.h, I, J, (g >> 1) * 4 + t);
   a[0] = (g & 1) ? x.x[2] : x.x[0];
   a[1] = (g & 1) ? x.x[3] : x.x[1];
@@ -68,6 +133,12 @@ __device__ __forceinline__ void dropout_words_st(const DropoutRng& r, int I, int
                                                  int J2, int lane, uint32_t (&a)[2],
                                                  uint32_t (&b)[2]) {
   const int k = lane >> 2, q = lane & 3;
+  if (!dropout_blocks_aligned(r)) {
+    const DropoutWords4 x = dropout_words_cells(r, 1, lane, I, J, I2, J2);
+    a[0] = x.w[0], a[1] = x.w[1], b[0] = x.w[2], b[1] = x.w[3];
+    return;
+  }
+  I += r.qo >> 4, J += r.ko >> 4, I2 += r.qo >> 4, J2 += r.ko >> 4;
   const bool odd = k & 1;
   const Philox4 x = dropout_bits(r.seed, r.offset, r.b, r.h, odd ? I2 : I, odd ? J2 : J,
                                  q * 4 + (k >> 1));

@@ -58,12 +58,16 @@ FLASHATTN_HOST_DEVICE MaskInfo mask_info(const FwdParams& p, const SeqInfo& s) {
 }
 
 #ifdef __CUDACC__
-// Sequence b's MaskInfo::pos_shift on the device (the offsets live there), each offset clamped
-// to [0, kMaxPosOffset] as params.h says.
+// Sequence b's position offsets on the device (the offsets live there), each clamped to [0,
+// kMaxPosOffset] as params.h says, and its MaskInfo::pos_shift.
+__device__ __forceinline__ int32_t q_pos_of(const FwdParams& p, int b) {
+  return p.q_pos_offset ? min(max(p.q_pos_offset[b], 0), kMaxPosOffset) : 0;
+}
+__device__ __forceinline__ int32_t k_pos_of(const FwdParams& p, int b) {
+  return p.k_pos_offset ? min(max(p.k_pos_offset[b], 0), kMaxPosOffset) : 0;
+}
 __device__ __forceinline__ int32_t pos_shift_of(const FwdParams& p, int b) {
-  const int32_t q = p.q_pos_offset ? min(max(p.q_pos_offset[b], 0), kMaxPosOffset) : 0;
-  const int32_t k = p.k_pos_offset ? min(max(p.k_pos_offset[b], 0), kMaxPosOffset) : 0;
-  return q - k;
+  return q_pos_of(p, b) - k_pos_of(p, b);
 }
 #endif
 

@@ -381,7 +381,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const bool softcap_on = Has_softcap || ((Has_dropout || Is_sparse) && cap > 0.f);
   const float scale_over_cap = softcap_on ? p.softmax_scale / cap : 0.f;
   DropoutRng rng{};
-  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
+  if constexpr (Has_dropout)
+    rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, q_pos_of(p, b), k_pos_of(p, b));
   const float cap_log2 = cap * kLog2e;
   const int shift = mi.shift();
   // Deterministic mode: the counter of query block m is released (by thread 0, after a CTA

@@ -264,7 +264,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
   const float scale_log2 = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
   DropoutRng rng{};
   const bool drop_on = Has_dropout && (!Is_sparse || p.dropout_threshold > 0);
-  if (drop_on) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
+  if (drop_on)
+    rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, q_pos_of(p, b), k_pos_of(p, b));
 
   // This thread's rows in the block: row(mi, half) = mi*16*kNWarps + warp*16 + g + 8*half.
   const int g = lane >> 2, t = lane & 3;

@@ -558,7 +558,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const float scale_log2 = p.softmax_scale_log2;
   const BwdScoreMod smod = Has_score_mod ? bwd_score_mod(p, b, h, mi) : BwdScoreMod{};
   DropoutRng rng{};
-  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h);
+  if constexpr (Has_dropout)
+    rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, q_pos_of(p, b), k_pos_of(p, b));
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;

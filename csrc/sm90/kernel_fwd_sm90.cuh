@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const bool drop_on = Has_dropout && (!Is_sparse || p.dropout_threshold > 0);
   DropoutRng rng{};
   if constexpr (Has_dropout)
-    if (drop_on) rng = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0);
+    if (drop_on) rng = dropout_rng(p.rng_state, p.dropout_threshold, 0, 0, 0, 0);
   const bool has_cap = p.softcap > 0.f;
   const float cap = p.softcap, inv_cap = has_cap ? 1.f / p.softcap : 0.f;
   const uint32_t q_base = smem_u32(smem) + c * 64 * Cfg::kQKChunkB;  // this warpgroup's 64 rows
@@ -287,7 +287,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int n_iters = ti.n_iters;
     uint32_t list_addr = 0;  // block-sparse: this tile's list (warp 1 of the producers')
     if constexpr (sparse) n_iters = take_list(list_uses, list_addr);
-    if constexpr (Has_dropout) rng.b = ti.b, rng.h = ti.h;
+    if constexpr (Has_dropout)
+      rng.b = ti.b, rng.h = ti.h, rng.qo = q_pos_of(p, ti.b), rng.ko = k_pos_of(p, ti.b);
     if constexpr (kFp8) {
       const float qk = descale_of(p.q_descale_ptr, p.q_descale_batch_stride, ti.b, ti.hk) *
                        descale_of(p.k_descale_ptr, p.k_descale_batch_stride, ti.b, ti.hk);
