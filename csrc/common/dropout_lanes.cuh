@@ -8,10 +8,17 @@
 // multiples of 16 shift whole blocks (the same one call per 16 cells); any other offsets take
 // the cell-by-cell path below (one call per cell, 16x the Philox work, the same bytes), chosen
 // per sequence (the offsets are uniform over a CTA).
+// FLASHATTN_DROPOUT_POS_CELLS=0 (an A/B build only, never a user's: offsets that are not
+// multiples of 16 then get a wrong mask) compiles the cell-by-cell path out, to time what its
+// presence costs the kernels' calls without offsets.
 #pragma once
 #include <cstdint>
 
 #include "philox.h"
+
+#ifndef FLASHATTN_DROPOUT_POS_CELLS
+#define FLASHATTN_DROPOUT_POS_CELLS 1
+#endif
 
 namespace flashattn {
 
@@ -30,7 +37,7 @@ __device__ __forceinline__ DropoutRng dropout_rng(const int64_t* rng_state, uint
 
 // Whether the offsets keep the 16 x 16 blocks whole (both multiples of 16, or none).
 __device__ __forceinline__ bool dropout_blocks_aligned(const DropoutRng& r) {
-  return ((r.qo | r.ko) & 15) == 0;
+  return !FLASHATTN_DROPOUT_POS_CELLS || ((r.qo | r.ko) & 15) == 0;
 }
 
 // The keep byte (philox.h) of cell (i, j) of the offset plane (i, j already include qo, ko).

@@ -8,7 +8,8 @@
 # (bench_attn.py; default the FP8 forward at d 128 / 256), the benchmarks in the order base,
 # variants, base again (the two base runs bound the drift between processes). Logs and JSON
 # under $OUT (at most 8 files come back: keep VARIANTS short); a summary last.
-# BUILD=0 skips the in-place build (a warm machine that built it already).
+# BUILD=0 skips the in-place build (a warm machine that built it already). SUMMARY_COL: the
+# benchmark column the summary compares (default flashattn; e.g. flashattn_drop with --dropout).
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; L=/tmp/ab_logs; mkdir -p $L
@@ -64,11 +65,12 @@ tar czf "$OUT/ab_logs.tgz" -C $L .
 python3 - "$OUT" $VARIANTS <<'EOF'
 import json, os, sys
 out, names = sys.argv[1], ["base"] + [v.split(":")[0] for v in sys.argv[2:]] + ["base2"]
+col = os.environ.get("SUMMARY_COL", "flashattn")  # the bench column compared
 runs = {}
 for n in names:
     path = os.path.join(out, f"ab_{n}.json")
     if os.path.exists(path):
-        runs[n] = {(r["mode"], r["d"], r["causal"], r["N"]): r.get("flashattn")
+        runs[n] = {(r["mode"], r["d"], r["causal"], r["N"]): r.get(col)
                    for r in json.load(open(path))["rows"]}
 print("cell".ljust(24) + "".join(n.rjust(10) for n in runs) + "  variant / mean(base, base2)")
 for cell in runs.get("base", {}):
