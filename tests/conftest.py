@@ -104,13 +104,11 @@ def seed(request):
 # The message of the error raised under FLASHATTN_FORCE_BACKEND=sm90 (csrc/api/backend_choice.h).
 FORCED_SM90_MARK = "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call"
 # The error of a CUDA call with a feature whose CUDA kernels are not written yet (issue 15:
-# dropout, sinks, return_attn_probs' S; issue 16: block-sparse attention; issue 17: position
-# offsets; csrc/api/backend_choice.h). Such a case runs and becomes a skip giving the error, a failure
+# dropout, sinks, return_attn_probs' S; issue 16: block-sparse attention;
+# csrc/api/backend_choice.h). Such a case runs and becomes a skip giving the error, a failure
 # under FLASHATTN_REQUIRE_CUDA=1.
 NOT_BUILT_MARK = "is not built yet (issue 15)"
-# Issue 17: the ops' q_pos_offset / k_pos_offset (ring attention's ALiBi, dropout, varlen windows).
-POS_OFFSETS_NOT_BUILT_MARK = "with position offsets on CUDA is not built yet (issue 17)"
-NOT_BUILT_MARKS = (NOT_BUILT_MARK, "are not built yet (issue 15)", POS_OFFSETS_NOT_BUILT_MARK)
+NOT_BUILT_MARKS = (NOT_BUILT_MARK, "are not built yet (issue 15)")
 # Skip reasons that mean "this build or machine has no kernel for it" (flashattn's errors).
 MISSING_KERNEL_MARKS = ("this build has no", "left out of this build", "TORCH_CUDA_ARCH_LIST",
                         "needs a CUDA device", "do not run on compute capability",

@@ -12,17 +12,16 @@ offsets equal none bit for bit; argument errors; opcheck. On CUDA the main kerne
 offsets in their mask, ALiBi and dropout's keep mask: offsets that are multiples of 16 shift
 whole 16 x 16 mask blocks, others take the kernels' cell-by-cell path (dropout_lanes.cuh); the
 dropout cases mix both in one call (one sequence aligned, one not) and reach the sm90 kernels
-at d 64 / 128 / 256 (fwd and bwd). deterministic=True with offsets raises "... with position
-offsets on CUDA is not built yet (issue 17)" on sm80; the padded cases' "det" variants run
-deterministic=True, on Hopper through the sm90 backward's deterministic variant, the default
-there (FLASHATTN_SM90_DET_BWD=1 is set all the same).
+at d 64 / 128 / 256 (fwd and bwd). The padded cases' "det" variants run deterministic=True: on
+Hopper through the sm90 backward's deterministic variant for its plain calls (the default
+there; FLASHATTN_SM90_DET_BWD=1 is set all the same), through the sm80 deterministic backward
+for the rest (dropout, softcap / ALiBi, other head dims, other GPUs).
 """
 import pytest
 import torch
 
 import flashattn  # noqa: F401  (registers the ops)
-from helpers import (DEVICES, alibi_slopes, assert_close, check_results, rand,
-                     sm90_kernels_here)
+from helpers import DEVICES, alibi_slopes, assert_close, check_results, rand
 from reference import dropout_keep_ref, dropout_scale_ref, ref_and_lowp_ext
 
 ops = torch.ops.flashattn
@@ -65,17 +64,12 @@ def _dt(device):
     return torch.float32 if device == "cpu" else torch.bfloat16
 
 
-def _sm90_det(device, det, d, p, softcap, alibi, monkeypatch):
-    """det: deterministic=True (the CPU always is). On CUDA only the sm90 backward's
-    deterministic variant takes offsets: on Hopper (its default; FLASHATTN_SM90_DET_BWD=1 set
-    here), its
-    buckets (64, 128, 256), no dropout, softcap or ALiBi; other CUDA cases skip."""
-    if not det or device != "cuda":
-        return
-    bucket_ok = 32 < d <= 64 or 96 < d <= 128 or 192 < d <= 256
-    if p or softcap or alibi or not bucket_ok or not sm90_kernels_here():
-        pytest.skip("deterministic with offsets on CUDA: the sm90 backward's plain calls only")
-    monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+def _det_env(device, det, monkeypatch):
+    """det: deterministic=True (the CPU always is). On CUDA the sm90 backward's deterministic
+    variant (Hopper, its plain calls; the default there, FLASHATTN_SM90_DET_BWD=1 set all the
+    same) or the sm80 deterministic backward (every other call) runs it."""
+    if det and device == "cuda":
+        monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
 
 
 @pytest.mark.parametrize("det", [False, True], ids=["", "det"])
@@ -83,7 +77,7 @@ def _sm90_det(device, det, d, p, softcap, alibi, monkeypatch):
 @pytest.mark.parametrize("case", PADDED, ids=lambda c: f"{c[0]}x{c[1]}")
 def test_padded_matches_reference(device, case, det, monkeypatch):
     sq, sk, (H, Hk), d, causal, window, alibi, p, softcap, sink, offsets = case
-    _sm90_det(device, det, d, p, softcap, alibi, monkeypatch)
+    _det_env(device, det, monkeypatch)
     B = len(offsets)
     q, k, v = (rand([B, n, h, d], _dt(device), device) for n, h in ((sq, H), (sk, Hk), (sk, Hk)))
     dout = rand([B, sq, H, d], _dt(device), device)

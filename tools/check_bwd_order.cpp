@@ -1,8 +1,9 @@
 // Host check of the deterministic backward's orders (csrc/sm80/bwd_order_sm80.h): for random
-// shapes, windows and tiles, each rank formula against the order it stands for (brute force
-// over the CTAs' actual visiting sequences), and a run of the waits: every CTA makes its adds
-// in its visiting order, each when its rank comes up, with only the first `resident` CTAs
-// of the launch order on the GPU; it must finish. Built and run by tests/test_bwd_order.py.
+// shapes, windows, position shifts (issue 17) and tiles, each rank formula against the order
+// it stands for (brute force over the CTAs' actual visiting sequences), and a run of the
+// waits: every CTA makes its adds in its visiting order, each when its rank comes up, with
+// only the first `resident` CTAs of the launch order on the GPU; it must finish. Built and
+// run by tests/test_bwd_order.py.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -77,14 +78,14 @@ std::vector<std::vector<int>> ranks_by(const std::vector<Cta>& ctas, int m_block
 }
 
 template <int kBM, int kBN>
-void check_shape(int sq, int sk, int wl, int wr) {
-  const MaskInfo mi{sq, sk, wl, wr};
+void check_shape(int sq, int sk, int wl, int wr, int pos_shift) {
+  const MaskInfo mi{sq, sk, wl, wr, pos_shift};
   const int m_blocks = (sq + kBM - 1) / kBM, nb = (sk + kBN - 1) / kBN;
   auto range = [&](int n) { return m_range<kBM, kBN>(mi, n, m_blocks); };
   auto mb = [&](int n) { return range(n).first; };
   char what[160];
-  std::snprintf(what, sizeof what, "sq %d sk %d window (%d, %d) tile %dx%d", sq, sk, wl, wr,
-                kBM, kBN);
+  std::snprintf(what, sizeof what, "sq %d sk %d window (%d, %d) shift %d tile %dx%d", sq, sk,
+                wl, wr, pos_shift, kBM, kBN);
   // m_range against the mask, and its monotone ends.
   for (int n = 0; n < nb; ++n) {
     const BlockRange r = range(n);
@@ -172,10 +173,12 @@ int main(int argc, char** argv) {
     const int kind = c % 4;  // causal, right-bounded, two-sided, none / left-only
     const int wr = kind == 0 ? 0 : kind == 1 ? win(300) : kind == 2 ? win(300) : -1;
     const int wl = kind <= 1 || (kind == 3 && c % 8 == 3) ? -1 : win(300);  // half: no window
-    check_shape<64, 128>(sq, sk, wl, wr);
-    check_shape<128, 128>(sq, sk, wl, wr);
-    check_shape<32, 64>(sq, sk, wl, wr);
-    check_shape<64, 64>(sq, sk, wl, wr);
+    // Position offsets (issue 17): q_pos_offset - k_pos_offset, in a third of the cases.
+    const int ps = c % 3 == 1 ? std::uniform_int_distribution<int>(-2000, 2000)(rng) : 0;
+    check_shape<64, 128>(sq, sk, wl, wr, ps);
+    check_shape<128, 128>(sq, sk, wl, wr, ps);
+    check_shape<32, 64>(sq, sk, wl, wr, ps);
+    check_shape<64, 64>(sq, sk, wl, wr, ps);
   }
   std::printf("seed %u: %d cases x 4 tiles, %d failures\n", seed, cases, failures);
   return failures == 0 ? 0 : 1;

@@ -93,8 +93,9 @@ inline Backend sm80_or_fail(const char* what) {
 // and ALiBi (MaskInfo::pos_shift, int32: sequences and window sides below 2^28 so no sum of
 // a row, a shift of up to 2^30 and a window overflows) and in dropout's keep mask
 // (dropout_lanes.cuh: whole 16 x 16 blocks when both offsets are multiples of 16, else cell
-// by cell); the sm80 deterministic backward's order does not take them yet (a named error,
-// choose_bwd); the decode kernels never see them (decode_shaped).
+// by cell); the deterministic backwards' orders count key blocks from the shifted diagonal
+// (sm80: bwd_order_sm80.h on MaskInfo; sm90: bwd_det_turn); the decode kernels never see
+// them (decode_shaped).
 inline constexpr int64_t kCudaPosOffsetLimit = int64_t(1) << 28;
 inline void check_cuda_pos_offsets(const FwdParams& p) {
   if (p.q_pos_offset == nullptr && p.k_pos_offset == nullptr) return;
@@ -193,17 +194,12 @@ inline Backend choose_fwd_kvcache(const FwdParams& p) {
 inline Backend choose_bwd(const BwdParams& p) {
   const Force force = forced_backend();  // a bad value raises here too
   check_cuda_has_features(p);
-  // The sm90 deterministic variant's order takes the offsets (bwd_det_turn's shift); sm80's
-  // does not (below).
-  const bool det_offsets =
-      p.deterministic && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr);
 #ifdef FLASHATTN_DISABLE_BLOCK_SPARSE
   if (p.q_num_blocks != nullptr) fail_no_block_sparse_build();
 #endif
 #ifdef FLASHATTN_DISABLE_BACKWARD
   (void)p;
   (void)force;
-  (void)det_offsets;
   fail("the backward on CUDA tensors needs the CUDA backward kernels, but this build has none "
        "(FLASHATTN_DISABLE_BACKWARD)");
 #else
@@ -213,11 +209,6 @@ inline Backend choose_bwd(const BwdParams& p) {
   (void)p;
   (void)force;
 #endif
-  if (det_offsets)
-    fail("deterministic=True with position offsets on CUDA is not built yet (issue 17) for "
-         "this call: the sm80 deterministic backward's order of the dQ adds follows the mask "
-         "without them (the sm90 backward's deterministic variant takes them, on Hopper under "
-         "its plain calls unless FLASHATTN_SM90_DET_BWD=0); it runs on CPU tensors");
   return sm80_or_fail("the backward");
 #endif
 }

@@ -578,10 +578,9 @@ def ring_flash_attn_func(
             flash_attn_func's ALiBi bias -slope * |i - j| over the full sequence's positions.
             With ALiBi or dropout every (query chunk, key chunk) pair is its own call with the
             ops' position offsets (zigzag: up to 4 calls a step instead of 1, the same work).
-            On CUDA the kernels take the offsets in the mask, ALiBi and dropout's mask
-            (fastest with chunk lengths that are multiples of 16); deterministic=True on the
-            sm80 backward raises "... with position offsets on CUDA is not built yet (issue
-            17)" (the sm90 backward's deterministic variant takes them).
+            On CUDA the kernels take the offsets in the mask, ALiBi, dropout's mask
+            (fastest with chunk lengths that are multiples of 16) and the deterministic
+            backwards' orders.
         deterministic: passed to every backward call (the ring's own sums run in a fixed
             order, so the result is then the same bit for bit on reruns).
         return_attn_probs: if True return (out, softmax_lse, None), like flash_attn_func
@@ -654,9 +653,7 @@ def ring_flash_attn_varlen_func(
             sequence. ALiBi, dropout and window_size run every chunk pair as its own call
             with per-sequence position offsets (chunk index x the sequence's chunk length,
             built on the device); a window's pairs are all called (the host does not know
-            the lengths), the kernel skips the tiles the window hides. On CUDA,
-            deterministic=True on the sm80 backward raises "... with position offsets on
-            CUDA is not built yet (issue 17)".
+            the lengths), the kernel skips the tiles the window hides.
 
     Returns:
         out: (total_local, nheads, headdim_v), or (out, softmax_lse, None) with
