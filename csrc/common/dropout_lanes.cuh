@@ -5,20 +5,18 @@
 // they swap the halves the other holds (2 shuffles per lane and pair of blocks).
 // Position offsets (params.h, issue 17): the kernels pass block indices of the call's own
 // (local) rows and key columns; the mask is that of (i + qo, j + ko). Offsets that are both
-// multiples of 16 shift whole blocks (the same one call per 16 cells); any other offsets take
-// the cell-by-cell path below (one call per cell, 16x the Philox work, the same bytes), chosen
-// per sequence (the offsets are uniform over a CTA).
-// FLASHATTN_DROPOUT_POS_CELLS=0 (an A/B build only, never a user's: offsets that are not
-// multiples of 16 then get a wrong mask) compiles the cell-by-cell path out, to time what its
-// presence costs the kernels' calls without offsets.
+// multiples of 16 shift whole blocks (the same one call per 16 cells). Any other offsets take
+// the cell-by-cell path below (kCells: one call per cell, 16x the Philox work, the same
+// bytes). The kernels compile their bodies twice, kCells false and true, and a call runs the
+// second where some sequence's offsets are not multiples of 16 (dropout_cells_call, read by
+// every CTA at its start): the cell path's code in the same body cost the whole-block calls
+// 5-18% (an H100 A/B, 2026-12-06), its registers spilling into theirs.
 #pragma once
 #include <cstdint>
 
+#include "mask.h"
+#include "params.h"
 #include "philox.h"
-
-#ifndef FLASHATTN_DROPOUT_POS_CELLS
-#define FLASHATTN_DROPOUT_POS_CELLS 1
-#endif
 
 namespace flashattn {
 
@@ -35,9 +33,15 @@ __device__ __forceinline__ DropoutRng dropout_rng(const int64_t* rng_state, uint
                     threshold * 0x01010101u, b, h, qo, ko};
 }
 
-// Whether the offsets keep the 16 x 16 blocks whole (both multiples of 16, or none).
-__device__ __forceinline__ bool dropout_blocks_aligned(const DropoutRng& r) {
-  return !FLASHATTN_DROPOUT_POS_CELLS || ((r.qo | r.ko) & 15) == 0;
+// Whether some sequence's position offsets are not multiples of 16 (the call then takes the
+// cell-by-cell path). Every thread of the CTA calls it (a barrier), before any role split.
+__device__ __forceinline__ bool dropout_cells_call(const FwdParams& p) {
+  if (p.dropout_threshold == 0 || (p.q_pos_offset == nullptr && p.k_pos_offset == nullptr))
+    return false;
+  int odd = 0;
+  for (int b = threadIdx.x; b < p.batch; b += blockDim.x)
+    odd |= (q_pos_of(p, b) | k_pos_of(p, b)) & 15;
+  return __syncthreads_or(odd) != 0;
 }
 
 // The keep byte (philox.h) of cell (i, j) of the offset plane (i, j already include qo, ko).
@@ -51,7 +55,7 @@ __device__ __forceinline__ uint32_t dropout_byte_at(const DropoutRng& r, int i, 
 
 // The cell-by-cell path: four keep words, byte e of word k the cell below of the offset
 // plane, one Philox call per cell in a loop that is not unrolled (one copy of the Philox
-// rounds per call site; inlined: a call costs the kernels more spills than the loop does). kind 0: S,
+// rounds per call site). kind 0: S,
 // blocks A = (I, J), B = (I, J + 1) (dropout_words_s: word k row g + 8 (k & 1) of block A (k
 // < 2) or B, byte e column 8 (e >> 1) + 2t + (e & 1)); kind 1: S^T, blocks A = (I, J), B =
 // (I2, J2) (dropout_words_st: word k query row 8 (e >> 1) + 2q + (k & 1) of block A (k < 2) or
@@ -91,10 +95,11 @@ __device__ __forceinline__ uint32_t dropout_kept4(const DropoutRng& r, uint32_t 
 // {g, g + 8} and columns {2t, 2t + 1, 2t + 8, 2t + 9} of a block, unit (g / 2, t). Blocks A =
 // (I, J) and B = (I, J + 1). On return a[half] / b[half]: the keep word of row g + 8 half in
 // A / B, whose byte (ni & 1) * 2 + e is column (ni & 1) * 8 + 2t + e (ni the n8 tile).
+template <bool kCells>
 __device__ __forceinline__ void dropout_words_s(const DropoutRng& r, int I, int J, int lane,
                                                 uint32_t (&a)[2], uint32_t (&b)[2]) {
   const int g = lane >> 2, t = lane & 3;
-  if (!dropout_blocks_aligned(r)) {
+  if constexpr (kCells) {
     const DropoutWords4 x = dropout_words_cells(r, 0, lane, I, J, I, J + 1);
     a[0] = x.w[0], a[1] = x.w[1], b[0] = x.w[2], b[1] = x.w[3];
     return;
@@ -116,10 +121,11 @@ __device__ __forceinline__ void dropout_words_s(const DropoutRng& r, int I, int 
 
 // The same for one block (I, J) alone (a tile with an odd count of 16-column blocks): both
 // lanes of the pair draw it and keep their own half, no shuffle.
+template <bool kCells>
 __device__ __forceinline__ void dropout_words_s1(const DropoutRng& r, int I, int J, int lane,
                                                  uint32_t (&a)[2]) {
   const int g = lane >> 2, t = lane & 3;
-  if (!dropout_blocks_aligned(r)) {  // words 2, 3 (block J + 1) unused
+  if constexpr (kCells) {  // words 2, 3 (block J + 1) unused
     const DropoutWords4 x = dropout_words_cells(r, 0, lane, I, J, I, J + 1);
     a[0] = x.w[0], a[1] = x.w[1];
     return;
@@ -136,11 +142,12 @@ __device__ __forceinline__ void dropout_words_s1(const DropoutRng& r, int I, int
 // keep bytes of A / B, byte ch * 2 + (e >> 1) for query row ch * 8 + 2q + (e & 1) and key
 // column k + 8 (e >> 1) (e the accumulator element of an m16n8 tile over 16 keys x 8
 // queries, ch the half of the 16 query rows).
+template <bool kCells>
 __device__ __forceinline__ void dropout_words_st(const DropoutRng& r, int I, int J, int I2,
                                                  int J2, int lane, uint32_t (&a)[2],
                                                  uint32_t (&b)[2]) {
   const int k = lane >> 2, q = lane & 3;
-  if (!dropout_blocks_aligned(r)) {
+  if constexpr (kCells) {
     const DropoutWords4 x = dropout_words_cells(r, 1, lane, I, J, I2, J2);
     a[0] = x.w[0], a[1] = x.w[1], b[0] = x.w[2], b[1] = x.w[3];
     return;

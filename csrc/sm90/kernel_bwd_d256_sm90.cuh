@@ -72,11 +72,9 @@ struct BwdConfigD256 {
 // consumer's 32 queries); dV takes P^T Z scale, dS^T = P^T (Z scale dP^T - D), as the d64 /
 // d128 kernel computes them (not with a score transform: the launch sends those to sm80).
 // Is_det: deterministic=True (kernel_bwd_sm90.cuh's bwd_dq_warp / bwd_dkv_turn_* orders).
-template <typename Element, bool Has_score_mod = false, bool Has_dropout = false,
-          bool Is_det = false>
-__global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
-    bwd_kernel_d256_sm90(const __grid_constant__ sm80::BwdArgs args,
-                         const __grid_constant__ BwdMaps maps, int sect) {
+template <typename Element, bool Has_score_mod, bool Has_dropout, bool Is_det, bool kCells>
+__device__ __forceinline__ void bwd_body_d256_sm90(const sm80::BwdArgs& args,
+                                                   const BwdMaps& maps, int sect) {
   using Cfg = BwdConfigD256;
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN;
   constexpr int kQH = Cfg::kQHalf, kDH = Cfg::kDHalf;
@@ -168,7 +166,8 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
     uint32_t zbits[(kQH / 2 + 31) / 32];  // drawn before the MMAs hold their accumulators
     if constexpr (Has_dropout)
-      bwd_keep_bits_st<kQH>(rng, (m0 + c * kQH) >> 4, (n0 + warp * 16) >> 4, lane, zbits);
+      bwd_keep_bits_st<kQH, kCells>(rng, (m0 + c * kQH) >> 4, (n0 + warp * 16) >> 4, lane,
+                                    zbits);
     auto z = [&](int i) {  // element i's dropout factor
       if constexpr (Has_dropout) return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f;
       return 1.f;
@@ -262,5 +261,22 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
   if (args.dk_accum != nullptr && n_iters == 0) return;
   bwd_store_dk_dv<Element, kDH, kD>(args, si, b, hk, kr, c * kDH, lane, dk, dv);
 }
+
+// The kernel: the body above with dropout's cell-by-cell mask path where some sequence's
+// position offsets are not multiples of 16 (dropout_lanes.cuh), the whole-block path else.
+template <typename Element, bool Has_score_mod = false, bool Has_dropout = false,
+          bool Is_det = false>
+__global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
+    bwd_kernel_d256_sm90(const __grid_constant__ sm80::BwdArgs args,
+                         const __grid_constant__ BwdMaps maps, int sect) {
+  if constexpr (Has_dropout) {
+    if (dropout_cells_call(args.p)) {
+      bwd_body_d256_sm90<Element, Has_score_mod, true, Is_det, true>(args, maps, sect);
+      return;
+    }
+  }
+  bwd_body_d256_sm90<Element, Has_score_mod, Has_dropout, Is_det, false>(args, maps, sect);
+}
+
 
 }  // namespace flashattn::sm90

@@ -310,8 +310,9 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t dq_smem, const float (&dq)
 // 16-key block J; the kN queries from 16-query block I0) the forward kept, one bit each (bit i
 // of zbits[i / 32]). Element i = j * 4 + e: query column j * 8 + (lane % 4) * 2 + (e & 1)
 // (the half j % 2 of 16-query block j / 2), key row lane / 4 + 8 (e >> 1): byte 2 (j % 2) +
-// (e >> 1) of the block's keep word e & 1 (dropout_words_st, two blocks per draw).
-template <int kN>
+// (e >> 1) of the block's keep word e & 1 (dropout_words_st, two blocks per draw; kCells: its
+// cell-by-cell path).
+template <int kN, bool kCells>
 __device__ __forceinline__ void bwd_keep_bits_st(const DropoutRng& rng, int I0, int J, int lane,
                                                  uint32_t (&zbits)[(kN / 2 + 31) / 32]) {
   static_assert(kN % 32 == 0, "16-query blocks in pairs");
@@ -320,7 +321,7 @@ __device__ __forceinline__ void bwd_keep_bits_st(const DropoutRng& rng, int I0, 
 #pragma unroll
   for (int cp = 0; cp < kN / 16; cp += 2) {
     uint32_t wa[2], wb[2];
-    dropout_words_st(rng, I0 + cp, J, I0 + cp + 1, J, lane, wa, wb);
+    dropout_words_st<kCells>(rng, I0 + cp, J, I0 + cp + 1, J, lane, wa, wb);
 #pragma unroll
     for (int blk = 0; blk < 2; ++blk) {
       const uint32_t kept[2] = {dropout_kept4(rng, blk ? wb[0] : wa[0]),
@@ -467,11 +468,10 @@ __device__ __forceinline__ void bwd_dscores_st(float (&dpt)[kN / 2], const float
 // an empty list writes dK = dV = 0.
 // Has_score_mod: softcap and / or ALiBi (bwd_score_mod; calls without dropout or a block mask).
 // Is_det: deterministic=True (bwd_dq_warp's and bwd_dkv_turn_*'s orders; plain calls only).
-template <class Cfg, typename Element, bool Has_dropout = false, bool Is_sparse = false,
-          bool Has_score_mod = false, bool Is_det = false>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
-                    const __grid_constant__ BwdMaps maps, int sect, int list_cap) {
+template <class Cfg, typename Element, bool Has_dropout, bool Is_sparse, bool Has_score_mod,
+          bool Is_det, bool kCells>
+__device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const BwdMaps& maps,
+                                              int sect, int list_cap) {
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN, kStages = Cfg::kStages;
   // setmaxnreg below moves registers within the CTA's pool (kThreads x 168 at 384 threads).
   static_assert(24 + Cfg::kConsumers * 240 <=
@@ -587,8 +587,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // drawn before this block's MMAs hold their accumulators (under them the Philox rounds
     // spilled ~100 bytes) and held to dS^T.
     uint32_t zbits[(kBM / 2 + 31) / 32];
-    if constexpr (Has_dropout) bwd_keep_bits_st<kBM>(rng, m0 >> 4, (n0 + c * 64 + warp * 16) >> 4,
-                                                     lane, zbits);
+    if constexpr (Has_dropout)
+      bwd_keep_bits_st<kBM, kCells>(rng, m0 >> 4, (n0 + c * 64 + warp * 16) >> 4, lane, zbits);
     auto z = [&](int i) {  // element i's dropout factor (1 without dropout)
       if constexpr (Has_dropout) return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f;
       return 1.f;
@@ -698,5 +698,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (args.dk_accum != nullptr && n_iters == 0) return;
   bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
 }
+
+// The kernel: the body above with dropout's cell-by-cell mask path where some sequence's
+// position offsets are not multiples of 16 (dropout_lanes.cuh), the whole-block path else.
+template <class Cfg, typename Element, bool Has_dropout = false, bool Is_sparse = false,
+          bool Has_score_mod = false, bool Is_det = false>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
+                    const __grid_constant__ BwdMaps maps, int sect, int list_cap) {
+  if constexpr (Has_dropout) {
+    if (dropout_cells_call(args.p)) {
+      bwd_body_sm90<Cfg, Element, true, Is_sparse, Has_score_mod, Is_det, true>(args, maps, sect,
+                                                                                list_cap);
+      return;
+    }
+  }
+  bwd_body_sm90<Cfg, Element, Has_dropout, Is_sparse, Has_score_mod, Is_det, false>(
+      args, maps, sect, list_cap);
+}
+
 
 }  // namespace flashattn::sm90

@@ -56,11 +56,11 @@ struct FwdMaps {
 // tma_o (kTmaO shapes, padded calls: launch_fwd_sm90_kernel): each consumer stages its O rows
 // in shared memory and its thread 0 stores them with TMA, waiting for the store's read only
 // before the next tile's epilogue (and at the end).
-template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
-          bool Is_sparse = false>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
-                    int group, int deal, int list_cap, int tma_o, int o_halves) {
+template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout, bool Is_sparse,
+          bool kCells>
+__device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps& maps, int group,
+                                              int deal, int list_cap, int tma_o,
+                                              int o_halves) {
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kD = Cfg::kD, kDv = Cfg::kDv;
   constexpr int kStages = Cfg::kStages, kNC = Cfg::kConsumers, kSchedule = Cfg::kSchedule;
   constexpr int kSN = kBN / 8, kON = kDv / 8;  // n8 blocks of S and of O per thread
@@ -500,13 +500,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int pp = 0; pp < kNB / 2; ++pp) {
           uint32_t wa[2], wb[2];
-          dropout_words_s(rng, I, J0 + 2 * pp, lane, wa, wb);
+          dropout_words_s<kCells>(rng, I, J0 + 2 * pp, lane, wa, wb);
           apply(2 * pp, wa);
           apply(2 * pp + 1, wb);
         }
         if constexpr (kNB % 2 == 1) {
           uint32_t w1[2];
-          dropout_words_s1(rng, I, J0 + kNB - 1, lane, w1);
+          dropout_words_s1<kCells>(rng, I, J0 + kNB - 1, lane, w1);
           apply(kNB - 1, w1);
         }
       }
@@ -675,5 +675,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   if (Cfg::kTmaO && tma_o && t == 0) bulk_wait<0>();  // the area outlives the last store
 }
+
+// The kernel: the body above with dropout's cell-by-cell mask path where some sequence's
+// position offsets are not multiples of 16 (dropout_lanes.cuh), the whole-block path else.
+template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
+          bool Is_sparse = false>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
+                    int group, int deal, int list_cap, int tma_o, int o_halves) {
+  if constexpr (Has_dropout) {
+    if (dropout_cells_call(p)) {
+      fwd_body_sm90<Cfg, Element, Has_score_mod, true, Is_sparse, true>(
+          p, maps, group, deal, list_cap, tma_o, o_halves);
+      return;
+    }
+  }
+  fwd_body_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse, false>(
+      p, maps, group, deal, list_cap, tma_o, o_halves);
+}
+
 
 }  // namespace flashattn::sm90

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU call: A/B of build-time switches (nvcc defines) against the package's default build.
 # The package is built in place with the machine's own environment (as a user's pip install);
-# each variant in VARIANTS ("name:defines:headdims" entries, space-separated; defines "+"-joined,
-# e.g. "skip:-DFLASHATTN_SM90_SKIP_RESCALE=1:128,256") in its own copy of the tracked tree
+# each variant in VARIANTS ("name:defines:headdims[:tree]" entries, space-separated; defines
+# "+"-joined, e.g. "skip:-DFLASHATTN_SM90_SKIP_RESCALE=1:128,256") in its own copy of the
+# tracked tree, or of the folder `tree` (e.g. an older commit's `git archive`, carried)
 # (/tmp/ab/<name>, FLASHATTN_HEADDIMS=headdims to keep it short), built at the same time. Then,
 # for each build, TEST_ARGS (pytest; default the FP8 CUDA tests) and BENCH_ARGS
 # (bench_attn.py; default the FP8 forward at d 128 / 256), the benchmarks in the order base,
@@ -20,9 +21,13 @@ BENCH_ARGS="${BENCH_ARGS:---dtype fp8 --d 128 256 --N 1024 4096 16384 --causal 0
 t0=$(date +%s)
 pids=()
 for v in $VARIANTS; do
-  IFS=: read -r name defs hdims <<< "$v"
+  IFS=: read -r name defs hdims src <<< "$v"
   rm -rf /tmp/ab/$name && mkdir -p /tmp/ab/$name
-  git ls-files -z | tar --null -T - -cf - | tar -xf - -C /tmp/ab/$name
+  if [ -n "$src" ]; then  # another tree (e.g. an older commit's, carried): its files
+    cp -r "$src"/. /tmp/ab/$name/
+  else
+    git ls-files -z | tar --null -T - -cf - | tar -xf - -C /tmp/ab/$name
+  fi
   ( cd /tmp/ab/$name && NVCC_APPEND_FLAGS="${defs//+/ } ${NVCC_APPEND_FLAGS:-}" \
       FLASHATTN_HEADDIMS="$hdims" MAX_JOBS=${AB_JOBS:-6} python3 setup.py build_ext --inplace \
       > $L/build_$name.log 2>&1; echo "== build $name rc=$? ($(( $(date +%s) - t0 )) s)" ) &
@@ -53,7 +58,9 @@ run_bench() {  # name, tree, json
   echo "== bench $1 rc=$?"
 }
 run_tests base "$ROOT"
-for v in $VARIANTS; do IFS=: read -r name _ _ <<< "$v"; run_tests $name /tmp/ab/$name; done
+if [ "${TEST_VARIANTS:-1}" = 1 ]; then  # 0: the base build's tests only
+  for v in $VARIANTS; do IFS=: read -r name _ _ <<< "$v"; run_tests $name /tmp/ab/$name; done
+fi
 run_bench base "$ROOT" "$OUT/ab_base.json"
 for v in $VARIANTS; do
   IFS=: read -r name _ _ <<< "$v"; run_bench $name /tmp/ab/$name "$OUT/ab_$name.json"
