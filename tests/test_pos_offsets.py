@@ -9,18 +9,22 @@ a different offset per batch and varlen with one per sequence (a zero-length one
 odd and unequal lengths, GQA, causal / window / ALiBi / dropout / softcap / sink; a block of a
 longer self-attention computed with offsets equals that block's rows of the full call; zero
 offsets equal none bit for bit; argument errors; opcheck. On CUDA the main kernels take the
-offsets in their mask, ALiBi and dropout's keep mask: offsets that are multiples of 16 shift
-whole 16 x 16 mask blocks, others take the kernels' cell-by-cell path (dropout_lanes.cuh); the
-dropout cases mix both in one call (one sequence aligned, one not) and reach the sm90 kernels
-at d 64 / 128 / 256 (fwd and bwd). The padded cases' "det" variants run deterministic=True: on
-Hopper through the sm90 backward's deterministic variant for its plain calls (the default
-there; FLASHATTN_SM90_DET_BWD=1 is set all the same), through the sm80 deterministic backward
-for the rest (dropout, softcap / ALiBi, other head dims, other GPUs).
+offsets in their mask and ALiBi; dropout's keep mask takes them in the sm90 kernels only:
+offsets that are multiples of 16 shift whole 16 x 16 mask blocks, others take the kernels'
+cell-by-cell path (dropout_lanes.cuh); the dropout cases mix both in one call (one sequence
+aligned, one not) and reach the sm90 kernels at d 64 / 128 / 256 (fwd and bwd). A dropout call
+whose forward or backward would run an sm80 kernel (other GPUs, head dims sm90 leaves to sm80,
+dropout with softcap / ALiBi or deterministic=True in the backward) must raise "dropout with
+position offsets ... runs on the sm90 (Hopper) kernels only" there: checked, as is that nothing
+else raises it (kernel_path tells which backend a call takes). The padded cases' "det" variants
+run deterministic=True: on Hopper through the sm90 backward's deterministic variant for its
+plain calls (the default there; FLASHATTN_SM90_DET_BWD=1 is set all the same), through the
+sm80 deterministic backward for the rest.
 """
 import pytest
 import torch
 
-import flashattn  # noqa: F401  (registers the ops)
+import flashattn
 from helpers import DEVICES, alibi_slopes, assert_close, check_results, rand
 from reference import dropout_keep_ref, dropout_scale_ref, ref_and_lowp_ext
 
@@ -38,8 +42,9 @@ PADDED = [
     (150, 200, (2, 2), 64, False, (40, 25), "bh", 0.0, 0.0, True, [(300, 10), (0, 170)]),
     (70, 70, (4, 1), 128, True, (30, -1), None, 0.0, 0.0, False, [(140, 0), (64, 200)]),
     # Dropout on the sm90 buckets: one batch's offsets multiples of 16 (whole mask blocks), the
-    # other's not (the cell-by-cell path), in one call
-    (150, 200, (2, 2), 64, False, (40, 25), "bh", 0.15, 0.0, True, [(304, 16), (3, 170)]),
+    # other's not (the cell-by-cell path), in one call (d 96 with softcap / ALiBi: the sm80
+    # backward's named error on CUDA)
+    (150, 200, (2, 2), 64, False, (40, 25), None, 0.15, 0.0, True, [(304, 16), (3, 170)]),
     (70, 70, (4, 1), 128, True, (30, -1), None, 0.2, 0.0, False, [(140, 0), (64, 208)]),
     (65, 130, (2, 1), 256, True, (-1, -1), None, 0.1, 0.0, False, [(16, 32), (5, 0)]),
     (100, 100, (2, 2), 96, False, (-1, -1), "h", 0.25, 3.0, False, [(0, 48), (77, 9)]),
@@ -51,13 +56,28 @@ VARLEN = [
     ([11, 3, 6], (3, 3), 16, True, (7, -1), None, 0.3, False, [(22, 11), (0, 0), (6, 18)]),
     ([7, 0, 140], (4, 2), 64, True, (-1, -1), "bh", 0.0, False, [(14, 0), (5, 5), (0, 36)]),
     ([90, 33], (2, 2), 128, False, (20, 10), None, 0.0, True, [(60, 0), (0, 90)]),
-    ([7, 0, 140], (4, 2), 64, True, (-1, -1), "bh", 0.1, False, [(16, 0), (5, 5), (32, 48)]),
+    ([7, 0, 140], (4, 2), 64, True, (-1, -1), None, 0.1, False, [(16, 0), (5, 5), (32, 48)]),
     ([90, 33], (2, 2), 128, False, (20, 10), None, 0.25, True, [(64, 0), (3, 90)]),
 ]
 
 
 def _rng():
     return torch.randint(-(2 ** 62), 2 ** 62, (2,), dtype=torch.int64)
+
+
+# The error of a CUDA dropout call with offsets that an sm80 kernel would run (backend_choice.h).
+SM80_DROPOUT_OFFSETS = r"dropout with position offsets .* runs on the sm90 \(Hopper\) kernels only"
+
+
+def _sm80_dropout(device, p, q, k, v, det=False, **kw):
+    """(fwd, bwd): whether a CUDA dropout call with these arguments would run an sm80 kernel
+    in that direction, where the op must raise SM80_DROPOUT_OFFSETS (kernel_path's answer; its
+    "bwd" assumes deterministic=False, and deterministic dropout backwards run sm80)."""
+    if device != "cuda" or not p:
+        return False, False
+    fwd = flashattn.kernel_path(q, k, v, dropout_p=p, **kw)
+    bwd = flashattn.kernel_path(q, k, v, direction="bwd", dropout_p=p, **kw)
+    return fwd.startswith("sm80"), bwd.startswith("sm80") or det
 
 
 def _dt(device):
@@ -95,7 +115,18 @@ def test_padded_matches_reference(device, case, det, monkeypatch):
                        dropout_p=p, rng_state=rng if p else None,
                        learnable_sink=leaves[3] if sink else None, q_pos_offset=qo,
                        k_pos_offset=ko)
+    fwd80, bwd80 = _sm80_dropout(device, p, q, k, v, det, softmax_scale=d ** -0.5, causal=causal,
+                                 window_size=window, softcap=softcap, alibi_slopes=slopes,
+                                 learnable_sink=s)
+    if fwd80:
+        with pytest.raises(RuntimeError, match=SM80_DROPOUT_OFFSETS):
+            call()
+        return
     out, lse = call()
+    if bwd80:
+        with pytest.raises(RuntimeError, match=SM80_DROPOUT_OFFSETS):
+            torch.autograd.grad(out, leaves, dout)
+        return
     grads = torch.autograd.grad(out, leaves, dout)
     ours = dict(out=out, lse=lse, dq=grads[0], dk=grads[1], dv=grads[2])
     scale = dropout_scale_ref(p)
@@ -143,7 +174,19 @@ def test_varlen_matches_reference(device, case):
                               wr, 0.0, slopes, dropout_p=p, rng_state=rng if p else None,
                               learnable_sink=leaves[3] if sink else None, q_pos_offset=qo,
                               k_pos_offset=ko)
+    fwd80, bwd80 = _sm80_dropout(device, p, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                 max_seqlen_q=max(lens), max_seqlen_k=max(lens),
+                                 softmax_scale=d ** -0.5, causal=causal, window_size=window,
+                                 alibi_slopes=slopes, learnable_sink=s)
+    if fwd80:
+        with pytest.raises(RuntimeError, match=SM80_DROPOUT_OFFSETS):
+            call()
+        return
     out, lse = call()
+    if bwd80:
+        with pytest.raises(RuntimeError, match=SM80_DROPOUT_OFFSETS):
+            torch.autograd.grad(out, leaves, dout)
+        return
     grads = torch.autograd.grad(out, leaves, dout)
     ours = dict(out=out, lse=lse, dq=grads[0], dk=grads[1], dv=grads[2])
     scale = dropout_scale_ref(p)
@@ -188,6 +231,13 @@ def test_block_of_a_longer_sequence(device, p, n, d):
     q, k, v = (rand([1, S, H, d], _dt(device), device) for _ in range(3))
     slopes = torch.rand(H, device=device) * 0.3 + 0.05
     rng = _rng().to(device) if p else None
+    if _sm80_dropout(device, p, q[:, :n], k[:, :n], v[:, :n], softmax_scale=0.2, causal=True,
+                     alibi_slopes=slopes)[0]:
+        with pytest.raises(RuntimeError, match=SM80_DROPOUT_OFFSETS):
+            one = torch.tensor([n], dtype=I32, device=device)
+            ops.fwd(q[:, :n], k[:, :n], v[:, :n], 0.2, True, -1, 0, 0.0, slopes, dropout_p=p,
+                    rng_state=rng, q_pos_offset=one, k_pos_offset=one)
+        return
     full, full_lse = ops.fwd(q, k, v, 0.2, True, -1, 0, 0.0, slopes, dropout_p=p, rng_state=rng)
     for a in (n, 2 * n):
         outs, lses = [], []
@@ -217,6 +267,11 @@ def test_zero_offsets_equal_none(device, p):
     rng = _rng().to(device)
     z = torch.zeros(2, dtype=I32, device=device)
     args = (q, k, v, 0.3, True, 5, 0, 0.0, slopes)
+    if _sm80_dropout(device, p, q, k, v, softmax_scale=0.3, causal=True, window_size=(5, 0),
+                     alibi_slopes=slopes)[0]:
+        with pytest.raises(RuntimeError, match=SM80_DROPOUT_OFFSETS):
+            ops.fwd(*args, dropout_p=p, rng_state=rng, q_pos_offset=z, k_pos_offset=z)
+        return
     a = ops.fwd(*args, dropout_p=p, rng_state=rng if p else None)
     b = ops.fwd(*args, dropout_p=p, rng_state=rng if p else None, q_pos_offset=z,
                 k_pos_offset=z)

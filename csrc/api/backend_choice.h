@@ -91,11 +91,14 @@ inline Backend sm80_or_fail(const char* what) {
 
 // Issue 17's position offsets on CUDA: the sm80 / sm90 main kernels take them in their mask
 // and ALiBi (MaskInfo::pos_shift, int32: sequences and window sides below 2^28 so no sum of
-// a row, a shift of up to 2^30 and a window overflows) and in dropout's keep mask
-// (dropout_lanes.cuh: whole 16 x 16 blocks when both offsets are multiples of 16, else cell
-// by cell); the deterministic backwards' orders count key blocks from the shifted diagonal
-// (sm80: bwd_order_sm80.h on MaskInfo; sm90: bwd_det_turn); the decode kernels never see
-// them (decode_shaped).
+// a row, a shift of up to 2^30 and a window overflows); the deterministic backwards' orders
+// count key blocks from the shifted diagonal (sm80: bwd_order_sm80.h on MaskInfo; sm90:
+// bwd_det_turn); dropout's keep mask takes them in the sm90 kernels only (dropout_lanes.cuh:
+// whole 16 x 16 blocks when both offsets are multiples of 16, else cell by cell, in a second
+// copy of each dropout kernel body), so a dropout call with offsets that would run an sm80
+// kernel raises (fail_sm80_dropout_offsets: the second bodies doubled the sm80 dropout
+// kernels' compile time, 21 -> 36 s a file, the build past its 15-minute budget); the decode
+// kernels never see them (decode_shaped).
 inline constexpr int64_t kCudaPosOffsetLimit = int64_t(1) << 28;
 inline void check_cuda_pos_offsets(const FwdParams& p) {
   if (p.q_pos_offset == nullptr && p.k_pos_offset == nullptr) return;
@@ -112,6 +115,16 @@ inline void check_cuda_pos_offsets(const FwdParams& p) {
        "block-sparse attention runs on CPU tensors");
 }
 #endif
+
+// Dropout with position offsets where the sm80 kernels would run it (see above).
+inline bool dropout_offsets(const FwdParams& p) {
+  return p.dropout_threshold > 0 && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr);
+}
+[[noreturn]] inline void fail_sm80_dropout_offsets(const char* what, const char* why_not_sm90) {
+  fail("dropout with position offsets (q_pos_offset / k_pos_offset) on CUDA runs on the sm90 "
+       "(Hopper) kernels only, and ", what, " of this call would run the sm80 kernels (",
+       why_not_sm90, "); it runs on CPU tensors (ring attention with dropout_p > 0 too)");
+}
 
 inline void check_cuda_has_features(const FwdParams& p) {
 #ifdef FLASHATTN_DISABLE_DROPOUT
@@ -150,7 +163,11 @@ inline Backend choose_fwd(const FwdParams& p) {
                   "TORCH_CUDA_ARCH_LIST without 9.0 / 9.0a)");
 #endif
   }
-  if (force == Force::kSm80) return sm80_or_fail("the forward");
+  if (force == Force::kSm80) {
+    if (dropout_offsets(p))
+      fail_sm80_dropout_offsets("the forward", "FLASHATTN_FORCE_BACKEND=sm80");
+    return sm80_or_fail("the forward");
+  }
 #ifndef FLASHATTN_DISABLE_SM80
   if (force == Force::kAuto && decode_shaped(p)) {
     sm80_or_fail("the forward");  // the device runs the sm80 family (or a named error)
@@ -167,6 +184,7 @@ inline Backend choose_fwd(const FwdParams& p) {
   if (force == Force::kSm90)
     fail("FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call: ",
          why_not_sm90);
+  if (dropout_offsets(p)) fail_sm80_dropout_offsets("the forward", why_not_sm90);
   return sm80_or_fail("the forward");
 }
 
@@ -204,11 +222,14 @@ inline Backend choose_bwd(const BwdParams& p) {
        "(FLASHATTN_DISABLE_BACKWARD)");
 #else
 #ifndef FLASHATTN_DISABLE_SM90
-  if (force != Force::kSm80 && sm90::bwd_unsupported_here(p) == nullptr) return Backend::kSm90;
+  const char* why_not_sm90 = force == Force::kSm80 ? "FLASHATTN_FORCE_BACKEND=sm80"
+                                                   : sm90::bwd_unsupported_here(p);
+  if (why_not_sm90 == nullptr) return Backend::kSm90;
 #else
-  (void)p;
   (void)force;
+  const char* why_not_sm90 = "this build has no sm90 kernels";
 #endif
+  if (dropout_offsets(p)) fail_sm80_dropout_offsets("the backward", why_not_sm90);
   return sm80_or_fail("the backward");
 #endif
 }

@@ -7,10 +7,12 @@
 // (local) rows and key columns; the mask is that of (i + qo, j + ko). Offsets that are both
 // multiples of 16 shift whole blocks (the same one call per 16 cells). Any other offsets take
 // the cell-by-cell path below (kCells: one call per cell, 16x the Philox work, the same
-// bytes). The kernels compile their bodies twice, kCells false and true, and a call runs the
-// second where some sequence's offsets are not multiples of 16 (dropout_cells_call, read by
-// every CTA at its start): the cell path's code in the same body cost the whole-block calls
-// 5-18% (an H100 A/B, 2026-12-06), its registers spilling into theirs.
+// bytes). The sm90 kernels compile their bodies twice, kCells false and true, and a call runs
+// the second where some sequence's offsets are not multiples of 16 (dropout_cells_call, read
+// by every CTA at its start): the cell path's code in the same body cost the whole-block calls
+// 5-18% (an H100 A/B, 2026-12-06), its registers spilling into theirs. The sm80 kernels never
+// see offsets with dropout (backend_choice.h refuses them: second bodies there made the build
+// too slow); they pass kCells = false and zero offsets.
 #pragma once
 #include <cstdint>
 

@@ -40,8 +40,9 @@ enum class DType : int32_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2, kFloat8E
 // So a square call (sq = sk) with offsets (a, c) is rows [a, a + sq) x columns [c, c + sk)
 // of a self-attention (shift 0) over the long sequence. Untrusted (no host sync): backends
 // clamp each offset to [0, kMaxPosOffset]. CUDA: the main kernels take them in the mask,
-// ALiBi, the deterministic backwards' orders (MaskInfo::pos_shift) and dropout's Z
-// (dropout_lanes.cuh), with sequences and window sides below 2^28 (backend_choice.h).
+// ALiBi and the deterministic backwards' orders (MaskInfo::pos_shift), the sm90 kernels in
+// dropout's Z too (dropout_lanes.cuh; with dropout the sm80 kernels raise), with sequences and
+// window sides below 2^28 (backend_choice.h).
 //
 // Attention sink (sink_ptr != nullptr, issue 15; FA4's learnable_sink): sink_h = sink_ptr[h] is
 // a logit in the units of the final scores s above (after softmax_scale, softcap and ALiBi;

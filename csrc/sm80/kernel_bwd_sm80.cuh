@@ -207,9 +207,10 @@ __device__ __forceinline__ void red_acc(const float (&acc)[kMT][kNT][4], float* 
 // of 16 x 16) from the kept mask blocks of the key tile's units, lists the tiles whose mask
 // is not empty, and P and dS are zeroed on the dropped units of a partial tile (list_cap
 // ints, then list_cap uint64 masks, 8-byte aligned).
-template <typename Tile, typename Element, bool Has_softcap, bool Has_dropout, bool Is_sparse,
-          bool kCells>
-__device__ __forceinline__ void bwd_main_body(const BwdArgs& args, const int list_cap) {
+template <typename Tile, typename Element, bool Has_softcap, bool Has_dropout = false,
+          bool Is_sparse = false>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    bwd_main_kernel(const __grid_constant__ BwdArgs args, const int list_cap = 0) {
   constexpr int kD = Tile::kHeadDim, kBM = Tile::kBlockM, kBN = Tile::kBlockN;
   constexpr int kThreads = Tile::kThreads;
   // Per-warp fragment counts: SdP tile (kTileNSdP x kTileMSdP), dKV, dQ.
@@ -380,8 +381,8 @@ __device__ __forceinline__ void bwd_main_body(const BwdArgs& args, const int lis
   const bool softcap_on = Has_softcap || ((Has_dropout || Is_sparse) && cap > 0.f);
   const float scale_over_cap = softcap_on ? p.softmax_scale / cap : 0.f;
   DropoutRng rng{};
-  if constexpr (Has_dropout)
-    rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, q_pos_of(p, b), k_pos_of(p, b));
+  // (Position offsets never reach the sm80 dropout kernels: backend_choice.h refuses them.)
+  if constexpr (Has_dropout) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, 0, 0);
   const float cap_log2 = cap * kLog2e;
   const int shift = mi.shift();
   // Deterministic mode: the counter of query block m is released (by thread 0, after a CTA
@@ -539,8 +540,8 @@ __device__ __forceinline__ void bwd_main_body(const BwdArgs& args, const int lis
           auto qblk = [&](int cp) { return (m0 + wm1 * Tile::kTileMSdP + cp * 16) >> 4; };
           auto kblk = [&](int a) { return (n0 + wn1 * Tile::kTileNSdP + a * 16) >> 4; };
           uint32_t w[2][2];
-          dropout_words_st<kCells>(rng, qblk(cp0), kblk(a0), qblk(cp1), kblk(a1), lane, w[0],
-                                   w[1]);
+          dropout_words_st<false>(rng, qblk(cp0), kblk(a0), qblk(cp1), kblk(a1), lane, w[0],
+                                  w[1]);
           constexpr int kBlocks = (kAlongA || kAlongCp) ? 2 : 1;
 #pragma unroll
           for (int blk = 0; blk < kBlocks; ++blk) {
@@ -785,22 +786,6 @@ __device__ __forceinline__ void bwd_main_body(const BwdArgs& args, const int lis
     if (tid == 0) sem_release(sem);
   }
 }
-
-// The kernel: the body above with dropout's cell-by-cell mask path where some sequence's
-// position offsets are not multiples of 16 (dropout_lanes.cuh), the whole-block path else.
-template <typename Tile, typename Element, bool Has_softcap, bool Has_dropout = false,
-          bool Is_sparse = false>
-__global__ void __launch_bounds__(Tile::kThreads, 1)
-    bwd_main_kernel(const __grid_constant__ BwdArgs args, const int list_cap = 0) {
-  if constexpr (Has_dropout) {
-    if (dropout_cells_call(args.p)) {
-      bwd_main_body<Tile, Element, Has_softcap, true, Is_sparse, true>(args, list_cap);
-      return;
-    }
-  }
-  bwd_main_body<Tile, Element, Has_softcap, Has_dropout, Is_sparse, false>(args, list_cap);
-}
-
 
 }  // namespace bwd_detail
 }  // namespace flashattn::sm80

@@ -163,10 +163,11 @@ __device__ __forceinline__ float quad_sum(float x) {
 // 8 * row unit + column unit) from the kept mask blocks of the tile's row units, lists the
 // tiles whose mask is not empty, and S takes -inf on the units of a partial tile's dropped
 // blocks before the softmax (list_cap ints, then list_cap uint64 masks, 8-byte aligned).
-template <typename Traits, bool Is_even_K, bool Has_score_mod, bool Has_dropout, bool Is_sparse,
-          bool kCells>
-__device__ __forceinline__ void fwd_body_sm80(const FwdParams& p, const bool vec_ok,
-                                              const bool heavy_first, const int list_cap) {
+template <typename Traits, bool Is_even_K, bool Has_score_mod, bool Has_dropout = false,
+          bool Is_sparse = false>
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
+    fwd_kernel_sm80(const __grid_constant__ FwdParams p, const bool vec_ok,
+                    const bool heavy_first, const int list_cap = 0) {
   using Element = typename Traits::Element;
   using TileQ = typename Traits::TileQ;
   using TileKV = typename Traits::TileKV;
@@ -263,8 +264,8 @@ __device__ __forceinline__ void fwd_body_sm80(const FwdParams& p, const bool vec
   const float scale_log2 = score_mod_on ? 1.4426950408889634f : p.softmax_scale_log2;
   DropoutRng rng{};
   const bool drop_on = Has_dropout && (!Is_sparse || p.dropout_threshold > 0);
-  if (drop_on)
-    rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, q_pos_of(p, b), k_pos_of(p, b));
+  // (Position offsets never reach the sm80 dropout kernels: backend_choice.h refuses them.)
+  if (drop_on) rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, 0, 0);
 
   // This thread's rows in the block: row(mi, half) = mi*16*kNWarps + warp*16 + g + 8*half.
   const int g = lane >> 2, t = lane & 3;
@@ -473,7 +474,7 @@ __device__ __forceinline__ void fwd_body_sm80(const FwdParams& p, const bool vec
 #pragma unroll
           for (int pp = 0; pp < kNFragsS / 4; ++pp) {
             uint32_t wa[2], wb[2];
-            dropout_words_s<kCells>(rng, (m0 + mi * 16 * kNWarps + warp * 16) >> 4,
+            dropout_words_s<false>(rng, (m0 + mi * 16 * kNWarps + warp * 16) >> 4,
                             (n0 >> 4) + 2 * pp, lane, wa, wb);
 #pragma unroll
             for (int half = 0; half < 2; ++half)
@@ -587,25 +588,5 @@ __device__ __forceinline__ void fwd_body_sm80(const FwdParams& p, const bool vec
     }
   }
 }
-
-// The kernel: the body above with dropout's cell-by-cell mask path where some sequence's
-// position offsets are not multiples of 16 (dropout_lanes.cuh), the whole-block path else.
-template <typename Traits, bool Is_even_K, bool Has_score_mod, bool Has_dropout = false,
-          bool Is_sparse = false>
-__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
-    fwd_kernel_sm80(const __grid_constant__ FwdParams p, const bool vec_ok,
-                    const bool heavy_first, const int list_cap = 0) {
-  if constexpr (Has_dropout) {
-    if (dropout_cells_call(p)) {
-      fwd_body_sm80<Traits, Is_even_K, Has_score_mod, true, Is_sparse, true>(p, vec_ok,
-                                                                             heavy_first,
-                                                                             list_cap);
-      return;
-    }
-  }
-  fwd_body_sm80<Traits, Is_even_K, Has_score_mod, Has_dropout, Is_sparse, false>(
-      p, vec_ok, heavy_first, list_cap);
-}
-
 
 }  // namespace flashattn::sm80

@@ -578,9 +578,11 @@ def ring_flash_attn_func(
             flash_attn_func's ALiBi bias -slope * |i - j| over the full sequence's positions.
             With ALiBi or dropout every (query chunk, key chunk) pair is its own call with the
             ops' position offsets (zigzag: up to 4 calls a step instead of 1, the same work).
-            On CUDA the kernels take the offsets in the mask, ALiBi, dropout's mask
-            (fastest with chunk lengths that are multiples of 16) and the deterministic
-            backwards' orders.
+            On CUDA the kernels take the offsets in the mask, ALiBi and the deterministic
+            backwards' orders; dropout's mask on the sm90 (Hopper) kernels only (fastest
+            with chunk lengths that are multiples of 16): a dropout call that would run an
+            sm80 kernel raises "dropout with position offsets ... runs on the sm90 (Hopper)
+            kernels only".
         deterministic: passed to every backward call (the ring's own sums run in a fixed
             order, so the result is then the same bit for bit on reruns).
         return_attn_probs: if True return (out, softmax_lse, None), like flash_attn_func
@@ -653,7 +655,8 @@ def ring_flash_attn_varlen_func(
             sequence. ALiBi, dropout and window_size run every chunk pair as its own call
             with per-sequence position offsets (chunk index x the sequence's chunk length,
             built on the device); a window's pairs are all called (the host does not know
-            the lengths), the kernel skips the tiles the window hides.
+            the lengths), the kernel skips the tiles the window hides. On CUDA, dropout
+            runs on the sm90 (Hopper) kernels only (as ring_flash_attn_func).
 
     Returns:
         out: (total_local, nheads, headdim_v), or (out, softmax_lse, None) with
