@@ -44,8 +44,9 @@ for v in $VARIANTS; do
   IFS=: read -r name _ _ <<< "$v"
   grep -E "spill stores" $L/build_$name.log | grep -v " 0 bytes spill" | sort | uniq -c | head -5
 done
-run_tests() {  # name, tree
-  FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$2 timeout -s INT -k 10 ${TEST_LIMIT:-120} \
+run_tests() {  # name, tree, require (0 for a variant narrowed by FLASHATTN_HEADDIMS: the cases
+  # of the head dims it left out skip, and the summary line counts them)
+  FLASHATTN_REQUIRE_CUDA=${3:-1} PYTHONPATH=$2 timeout -s INT -k 10 ${TEST_LIMIT:-120} \
     bash -c "cd $2 && exec python3 -m pytest -q -rfE -p no:cacheprovider -n 8 $TEST_ARGS" \
     > $L/tests_$1.log 2>&1
   echo "== tests $1 rc=$?: $(tail -n 1 $L/tests_$1.log) ($(cd /tmp && PYTHONPATH=$2 python3 -c \
@@ -59,7 +60,10 @@ run_bench() {  # name, tree, json
 }
 run_tests base "$ROOT"
 if [ "${TEST_VARIANTS:-1}" = 1 ]; then  # 0: the base build's tests only
-  for v in $VARIANTS; do IFS=: read -r name _ _ <<< "$v"; run_tests $name /tmp/ab/$name; done
+  for v in $VARIANTS; do
+    IFS=: read -r name _ hdims _ <<< "$v"
+    run_tests $name /tmp/ab/$name $([ -n "$hdims" ] && echo 0 || echo 1)
+  done
 fi
 run_bench base "$ROOT" "$OUT/ab_base.json"
 for v in $VARIANTS; do
