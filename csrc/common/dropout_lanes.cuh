@@ -46,32 +46,23 @@ __device__ __forceinline__ bool dropout_cells_call(const FwdParams& p) {
   return __syncthreads_or(odd) != 0;
 }
 
-// The keep byte (philox.h) of cell (i, j) of the offset plane (i, j already include qo, ko).
-__device__ __forceinline__ uint32_t dropout_byte_at(const DropoutRng& r, int i, int j) {
-  const int rr = i & 15, cc = j & 15;
-  const Philox4 x = dropout_bits(r.seed, r.offset, r.b, r.h, i >> 4, j >> 4, dropout_unit(rr, cc));
-  const int w = dropout_word(rr);
-  const uint32_t word = w == 0 ? x.x[0] : w == 1 ? x.x[1] : w == 2 ? x.x[2] : x.x[3];
-  return (word >> (8 * dropout_byte_in_word(cc))) & 0xffu;
-}
-
-// The cell-by-cell path: four keep words, byte e of word k the cell below of the offset
-// plane, one Philox call per cell in a loop that is not unrolled (one copy of the Philox
-// rounds per call site). kind 0: S,
-// blocks A = (I, J), B = (I, J + 1) (dropout_words_s: word k row g + 8 (k & 1) of block A (k
-// < 2) or B, byte e column 8 (e >> 1) + 2t + (e & 1)); kind 1: S^T, blocks A = (I, J), B =
-// (I2, J2) (dropout_words_st: word k query row 8 (e >> 1) + 2q + (k & 1) of block A (k < 2) or
-// B, key column k' + 8 (e & 1), k' = lane / 4).
+// The cell-by-cell path: the first `words` (2 or 4) keep words, byte e of word k the cell
+// below of the offset plane (philox.h's dropout_byte), one Philox call per cell in a loop that
+// is not unrolled (one copy of the Philox rounds per call site). kind 0: S, blocks A = (I, J),
+// B = (I, J + 1) (dropout_words_s: word k row g + 8 (k & 1) of block A (k < 2) or B, byte e
+// column 8 (e >> 1) + 2t + (e & 1)); kind 1: S^T, blocks A = (I, J), B = (I2, J2)
+// (dropout_words_st: word k query row 8 (e >> 1) + 2q + (k & 1) of block A (k < 2) or B, key
+// column k' + 8 (e & 1), k' = lane / 4).
 struct DropoutWords4 {
   uint32_t w[4];
 };
 __device__ __forceinline__ DropoutWords4 dropout_words_cells(const DropoutRng& r, int kind,
-                                                             int lane, int I, int J, int I2,
-                                                             int J2) {
+                                                             int words, int lane, int I, int J,
+                                                             int I2, int J2) {
   DropoutWords4 out{{0u, 0u, 0u, 0u}};
   const int hi = lane >> 2, lo = lane & 3;
 #pragma unroll 1
-  for (int n = 0; n < 16; ++n) {
+  for (int n = 0; n < 4 * words; ++n) {
     const int k = n >> 2, e = n & 3;
     int i, j;
     if (kind == 0) {
@@ -81,7 +72,7 @@ __device__ __forceinline__ DropoutWords4 dropout_words_cells(const DropoutRng& r
       i = (k >> 1 ? I2 : I) * 16 + 8 * (e >> 1) + 2 * lo + (k & 1);
       j = (k >> 1 ? J2 : J) * 16 + hi + 8 * (e & 1);
     }
-    const uint32_t v = dropout_byte_at(r, i + r.qo, j + r.ko) << (8 * e);
+    const uint32_t v = dropout_byte(r.seed, r.offset, r.b, r.h, i + r.qo, j + r.ko) << (8 * e);
 #pragma unroll
     for (int x = 0; x < 4; ++x) out.w[x] |= k == x ? v : 0u;
   }
@@ -102,7 +93,7 @@ __device__ __forceinline__ void dropout_words_s(const DropoutRng& r, int I, int 
                                                 uint32_t (&a)[2], uint32_t (&b)[2]) {
   const int g = lane >> 2, t = lane & 3;
   if constexpr (kCells) {
-    const DropoutWords4 x = dropout_words_cells(r, 0, lane, I, J, I, J + 1);
+    const DropoutWords4 x = dropout_words_cells(r, 0, 4, lane, I, J, I, J + 1);
     a[0] = x.w[0], a[1] = x.w[1], b[0] = x.w[2], b[1] = x.w[3];
     return;
   }
@@ -127,8 +118,8 @@ template <bool kCells>
 __device__ __forceinline__ void dropout_words_s1(const DropoutRng& r, int I, int J, int lane,
                                                  uint32_t (&a)[2]) {
   const int g = lane >> 2, t = lane & 3;
-  if constexpr (kCells) {  // words 2, 3 (block J + 1) unused
-    const DropoutWords4 x = dropout_words_cells(r, 0, lane, I, J, I, J + 1);
+  if constexpr (kCells) {  // block A's two words only
+    const DropoutWords4 x = dropout_words_cells(r, 0, 2, lane, I, J, I, J + 1);
     a[0] = x.w[0], a[1] = x.w[1];
     return;
   }
@@ -150,7 +141,7 @@ __device__ __forceinline__ void dropout_words_st(const DropoutRng& r, int I, int
                                                  uint32_t (&b)[2]) {
   const int k = lane >> 2, q = lane & 3;
   if constexpr (kCells) {
-    const DropoutWords4 x = dropout_words_cells(r, 1, lane, I, J, I2, J2);
+    const DropoutWords4 x = dropout_words_cells(r, 1, 4, lane, I, J, I2, J2);
     a[0] = x.w[0], a[1] = x.w[1], b[0] = x.w[2], b[1] = x.w[3];
     return;
   }

@@ -79,12 +79,20 @@ FLASHATTN_HOST_DEVICE uint32_t dropout_threshold_u8(float p) {
   return t < 1.f ? 1u : (t >= 255.f ? 255u : static_cast<uint32_t>(t));
 }
 
+// The Philox byte of column j of row i of (b, h) (one call for the one cell; the word picked
+// by selects, no indexed array: device code keeps it in registers).
+FLASHATTN_HOST_DEVICE uint32_t dropout_byte(uint64_t seed, uint64_t offset, int32_t b, int32_t h,
+                                            int32_t i, int32_t j) {
+  const int r = i & 15, c = j & 15, w = dropout_word(r);
+  const Philox4 x = dropout_bits(seed, offset, b, h, i >> 4, j >> 4, dropout_unit(r, c));
+  const uint32_t word = w == 0 ? x.x[0] : w == 1 ? x.x[1] : w == 2 ? x.x[2] : x.x[3];
+  return (word >> (8 * dropout_byte_in_word(c))) & 0xffu;
+}
+
 // Z_ij of params.h: true iff column j of row i of (b, h) is kept.
 FLASHATTN_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, int32_t b, int32_t h,
                                         int32_t i, int32_t j, uint32_t threshold) {
-  const int r = i & 15, c = j & 15;
-  const Philox4 bits = dropout_bits(seed, offset, b, h, i >> 4, j >> 4, dropout_unit(r, c));
-  return ((bits.x[dropout_word(r)] >> (8 * dropout_byte_in_word(c))) & 0xffu) >= threshold;
+  return dropout_byte(seed, offset, b, h, i, j) >= threshold;
 }
 
 }  // namespace flashattn

@@ -68,11 +68,9 @@ __global__ void __launch_bounds__(kThreads) attn_probs_kernel(const __grid_const
   const bool drop = p.dropout_threshold > 0;
   const uint64_t seed = drop ? static_cast<uint64_t>(p.rng_state[0]) : 0;
   const uint64_t offset = drop ? static_cast<uint64_t>(p.rng_state[1]) : 0;
-  const int32_t qo = q_pos_of(p, b), ko = k_pos_of(p, b);  // Z of (i', j') (params.h)
   for (int j = j_lo + threadIdx.x; j < j_hi; j += kThreads) {
     float prob = expf(score(j) - mx);
-    if (drop && !dropout_keep(seed, offset, b, h, i + qo, j + ko, p.dropout_threshold))
-      prob = -prob;
+    if (drop && !dropout_keep(seed, offset, b, h, i, j, p.dropout_threshold)) prob = -prob;
     s_row[j] = from_float<T>(prob);
   }
 }

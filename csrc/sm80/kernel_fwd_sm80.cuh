@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinBlocks)
           for (int pp = 0; pp < kNFragsS / 4; ++pp) {
             uint32_t wa[2], wb[2];
             dropout_words_s<false>(rng, (m0 + mi * 16 * kNWarps + warp * 16) >> 4,
-                            (n0 >> 4) + 2 * pp, lane, wa, wb);
+                                   (n0 >> 4) + 2 * pp, lane, wa, wb);
 #pragma unroll
             for (int half = 0; half < 2; ++half)
 #pragma unroll

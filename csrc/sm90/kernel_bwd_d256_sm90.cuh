@@ -278,5 +278,4 @@ __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
   bwd_body_d256_sm90<Element, Has_score_mod, Has_dropout, Is_det, false>(args, maps, sect);
 }
 
-
 }  // namespace flashattn::sm90

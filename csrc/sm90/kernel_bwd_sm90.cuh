@@ -717,5 +717,4 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       args, maps, sect, list_cap);
 }
 
-
 }  // namespace flashattn::sm90

@@ -694,5 +694,4 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       p, maps, group, deal, list_cap, tma_o, o_halves);
 }
 
-
 }  // namespace flashattn::sm90
