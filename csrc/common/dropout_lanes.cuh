@@ -7,10 +7,12 @@
 // (local) rows and key columns; the mask is that of (i + qo, j + ko). Offsets that are both
 // multiples of 16 shift whole blocks (the same one call per 16 cells). Any other offsets take
 // the cell-by-cell path below (kCells: one call per cell, 16x the Philox work, the same
-// bytes). The sm90 kernels compile their bodies twice, kCells false and true, and a call runs
-// the second where some sequence's offsets are not multiples of 16 (dropout_cells_call, read
-// by every CTA at its start): the cell path's code in the same body cost the whole-block calls
-// 5-18% (an H100 A/B, 2026-12-06), its registers spilling into theirs. The sm80 kernels never
+// bytes). The sm90 kernels come as two kernels, kCells false and true: a dropout call with
+// offsets launches both (dropout_offsets_call) and each CTA of the one that does not match
+// returns at its start (dropout_cells_call); other calls launch the first alone. The cell
+// path's code in the same body cost the whole-block calls 5-18% (an H100 A/B, 2026-12-06), and
+// in the same kernel as a second body 15-40% in the backward (508 bytes of spills at d 128
+// instead of ~100): ptxas allocates a kernel's registers once. The sm80 kernels never
 // see offsets with dropout (backend_choice.h refuses them: second bodies there made the build
 // too slow); they pass kCells = false and zero offsets.
 #pragma once
@@ -33,6 +35,12 @@ __device__ __forceinline__ DropoutRng dropout_rng(const int64_t* rng_state, uint
                                                   int b, int h, int32_t qo, int32_t ko) {
   return DropoutRng{static_cast<uint64_t>(rng_state[0]), static_cast<uint64_t>(rng_state[1]),
                     threshold * 0x01010101u, b, h, qo, ko};
+}
+
+// Host: whether a call is a dropout call with position offsets (the kCells kernel launches
+// beside the whole-block one).
+inline bool dropout_offsets_call(const FwdParams& p) {
+  return p.dropout_threshold > 0 && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr);
 }
 
 // Whether some sequence's position offsets are not multiples of 16 (the call then takes the

@@ -262,20 +262,17 @@ __device__ __forceinline__ void bwd_body_d256_sm90(const sm80::BwdArgs& args,
   bwd_store_dk_dv<Element, kDH, kD>(args, si, b, hk, kr, c * kDH, lane, dk, dv);
 }
 
-// The kernel: the body above with dropout's cell-by-cell mask path where some sequence's
-// position offsets are not multiples of 16 (dropout_lanes.cuh), the whole-block path else.
+// The kernel: the body above, kCells its dropout mask path (dropout_lanes.cuh); a dropout call
+// with position offsets launches both kernels and the one that does not match returns at once.
 template <typename Element, bool Has_score_mod = false, bool Has_dropout = false,
-          bool Is_det = false>
+          bool Is_det = false, bool kCells = false>
 __global__ void __launch_bounds__(BwdConfigD256::kThreads, 1)
     bwd_kernel_d256_sm90(const __grid_constant__ sm80::BwdArgs args,
                          const __grid_constant__ BwdMaps maps, int sect) {
   if constexpr (Has_dropout) {
-    if (dropout_cells_call(args.p)) {
-      bwd_body_d256_sm90<Element, Has_score_mod, true, Is_det, true>(args, maps, sect);
-      return;
-    }
+    if (dropout_cells_call(args.p) != kCells) return;
   }
-  bwd_body_d256_sm90<Element, Has_score_mod, Has_dropout, Is_det, false>(args, maps, sect);
+  bwd_body_d256_sm90<Element, Has_score_mod, Has_dropout, Is_det, kCells>(args, maps, sect);
 }
 
 }  // namespace flashattn::sm90

@@ -699,21 +699,17 @@ __device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const B
   bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
 }
 
-// The kernel: the body above with dropout's cell-by-cell mask path where some sequence's
-// position offsets are not multiples of 16 (dropout_lanes.cuh), the whole-block path else.
+// The kernel: the body above, kCells its dropout mask path (dropout_lanes.cuh); a dropout call
+// with position offsets launches both kernels and the one that does not match returns at once.
 template <class Cfg, typename Element, bool Has_dropout = false, bool Is_sparse = false,
-          bool Has_score_mod = false, bool Is_det = false>
+          bool Has_score_mod = false, bool Is_det = false, bool kCells = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
                     const __grid_constant__ BwdMaps maps, int sect, int list_cap) {
   if constexpr (Has_dropout) {
-    if (dropout_cells_call(args.p)) {
-      bwd_body_sm90<Cfg, Element, true, Is_sparse, Has_score_mod, Is_det, true>(args, maps, sect,
-                                                                                list_cap);
-      return;
-    }
+    if (dropout_cells_call(args.p) != kCells) return;
   }
-  bwd_body_sm90<Cfg, Element, Has_dropout, Is_sparse, Has_score_mod, Is_det, false>(
+  bwd_body_sm90<Cfg, Element, Has_dropout, Is_sparse, Has_score_mod, Is_det, kCells>(
       args, maps, sect, list_cap);
 }
 

@@ -676,21 +676,17 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
   if (Cfg::kTmaO && tma_o && t == 0) bulk_wait<0>();  // the area outlives the last store
 }
 
-// The kernel: the body above with dropout's cell-by-cell mask path where some sequence's
-// position offsets are not multiples of 16 (dropout_lanes.cuh), the whole-block path else.
+// The kernel: the body above, kCells its dropout mask path (dropout_lanes.cuh); a dropout call
+// with position offsets launches both kernels and the one that does not match returns at once.
 template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
-          bool Is_sparse = false>
+          bool Is_sparse = false, bool kCells = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
                     int group, int deal, int list_cap, int tma_o, int o_halves) {
   if constexpr (Has_dropout) {
-    if (dropout_cells_call(p)) {
-      fwd_body_sm90<Cfg, Element, Has_score_mod, true, Is_sparse, true>(
-          p, maps, group, deal, list_cap, tma_o, o_halves);
-      return;
-    }
+    if (dropout_cells_call(p) != kCells) return;
   }
-  fwd_body_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse, false>(
+  fwd_body_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse, kCells>(
       p, maps, group, deal, list_cap, tma_o, o_halves);
 }
 

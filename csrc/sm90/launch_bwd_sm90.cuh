@@ -224,6 +224,17 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
       args, maps, bwd_section_pairs(p, Cfg::kD, order), static_cast<int>(list_cap));
   FLASHATTN_LAUNCH_CHECK();
+#ifndef FLASHATTN_DISABLE_DROPOUT
+  if (kernel == bwd_kernel_sm90<Cfg, Element, true> && dropout_offsets_call(p)) {
+    // the cell-by-cell mask's kernel (dropout_lanes.cuh)
+    auto cells = bwd_kernel_sm90<Cfg, Element, true, false, false, false, true>;
+    FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
+        cells, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    cells<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
+        args, maps, bwd_section_pairs(p, Cfg::kD, order), static_cast<int>(list_cap));
+    FLASHATTN_LAUNCH_CHECK();
+  }
+#endif
 }
 
 }  // namespace flashattn::sm90

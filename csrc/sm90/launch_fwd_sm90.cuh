@@ -329,6 +329,16 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g,
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
       p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0, o_halves ? 1 : 0);
   FLASHATTN_LAUNCH_CHECK();
+  if constexpr (Has_dropout) {  // the cell-by-cell mask's kernel (dropout_lanes.cuh)
+    if (dropout_offsets_call(p)) {
+      auto cells = fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse, true>;
+      FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
+          cells, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      cells<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
+          p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0, o_halves ? 1 : 0);
+      FLASHATTN_LAUNCH_CHECK();
+    }
+  }
 }
 
 // Whether a call needs the score-transform kernel: softcap or ALiBi on, or a scale <= 0
