@@ -113,10 +113,16 @@ using FwdConfigOf = FwdConfig<kD, kDv, fwd_tile(kD, kDv, kLocal).block_m,
 #ifndef FLASHATTN_SM90_FP8_EXPFMA
 #define FLASHATTN_SM90_FP8_EXPFMA 0
 #endif
-template <int kD, int kDv, int kVChip = 0>
-using FwdConfigFp8 = FwdConfig<kD, kDv, fwd_tile_fp8(kD, kDv).block_m, fwd_tile_fp8(kD, kDv).block_n,
-                               fwd_tile_fp8(kD, kDv).stages, fwd_tile_fp8(kD, kDv).schedule,
-                               FLASHATTN_SM90_FP8_EXPFMA, 0, fwd_v_late(kD, kDv), 1, kVChip>;
+// kLong: fwd_tile_fp8_long's tile.
+constexpr FwdTile fwd_tile_fp8_of(int d, int dv, bool long_keys) {
+  return long_keys ? fwd_tile_fp8_long(d, dv) : fwd_tile_fp8(d, dv);
+}
+template <int kD, int kDv, int kVChip = 0, bool kLong = false>
+using FwdConfigFp8 =
+    FwdConfig<kD, kDv, fwd_tile_fp8_of(kD, kDv, kLong).block_m,
+              fwd_tile_fp8_of(kD, kDv, kLong).block_n, fwd_tile_fp8_of(kD, kDv, kLong).stages,
+              fwd_tile_fp8_of(kD, kDv, kLong).schedule, FLASHATTN_SM90_FP8_EXPFMA, 0,
+              fwd_v_late(kD, kDv), 1, kVChip>;
 // FLASHATTN_SM90_SKIP_RESCALE (a build's A/B, default 0; written 2026-12-06, compiled, not yet
 // run): a warp skips O's rescale after a key block that moved none of its rows' maxima (a
 // vote; alpha is then exactly 1), kDv / 2 multiplies a thread a block (at d 256 with FP8's 64

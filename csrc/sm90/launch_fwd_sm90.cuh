@@ -106,6 +106,14 @@ inline bool sm90_tma_o_enabled() { return !env_is("FLASHATTN_SM90_TMA_O", '0'); 
 // on-chip transpose on (read per call, for the tests and the A/B).
 inline bool sm90_fp8_vchip_enabled() { return env_is("FLASHATTN_SM90_FP8_VCHIP", '1'); }
 
+// The FP8 long-key tile (tile_fwd_sm90.h's fwd_tile_fp8_long) for a call over `keys` keys:
+// unset, from kFp8LongKeys up; FLASHATTN_SM90_FP8_LONG=0 never, =1 at every length (the tests'
+// switch and the A/B's). Read per call.
+inline bool sm90_fp8_long_keys(int64_t keys) {
+  if (env_is("FLASHATTN_SM90_FP8_LONG", '0')) return false;
+  return env_is("FLASHATTN_SM90_FP8_LONG", '1') || keys >= kFp8LongKeys;
+}
+
 // The short local tile (tile_fwd_sm90.h's fwd_tile_short_local): on since its tests passed on
 // the H200 and it timed +10% / +13% at d 64 causal 512 / 1k (2026-12-04, e001a1e);
 // FLASHATTN_SM90_SHORT_LOCAL=0 turns it off (read per call, for the A/B).
@@ -431,7 +439,8 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
 
 // The FP8 forward of the (kD, kDv) variant, out in Out (bf16 / fp16): the staging pass
 // (stage_fp8_sm90.cuh) into the workspace (fwd_workspace), then the FP8 kernel (the score
-// transform's variant for softcap), one tile shape for every mask.
+// transform's variant for softcap), one tile shape for every mask but the long-key one
+// (fwd_tile_fp8_long: plain non-causal / causal calls over >= kFp8LongKeys keys).
 template <int kD, int kDv, typename Out>
 void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
 #ifdef FLASHATTN_DISABLE_FP8
@@ -451,6 +460,15 @@ void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
     if (fwd_score_mod(q)) launch_fwd_sm90_kernel<Cfg, Out, true>(q, stream, {}, vt);
     else launch_fwd_sm90_kernel<Cfg, Out, false>(q, stream, {}, vt);
   };
+  constexpr FwdTile kLong = fwd_tile_fp8_long(kD, kDv);
+  if constexpr (kLong.block_m > 0) {
+    const bool causal_or_none = q.window_left < 0 && q.window_right <= 0;
+    if (!vchip && !fwd_score_mod(q) && causal_or_none && sm90_fp8_long_keys(q.seqlen_k) &&
+        smem_optin_bytes() >= fwd_smem_bytes(kLong, kD, kDv, 1)) {
+      launch_fwd_sm90_kernel<FwdConfigFp8<kD, kDv, 0, true>, Out, false>(q, stream, {}, vt);
+      return;
+    }
+  }
   if (vchip) launch(FwdConfigFp8<kD, kDv, 1>{});
   else launch(FwdConfigFp8<kD, kDv, 0>{});
 #endif

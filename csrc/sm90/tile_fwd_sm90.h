@@ -125,26 +125,31 @@ constexpr int fwd_smem_bytes(FwdTile t, int d, int dv, int eb = 2) {
 #ifndef FLASHATTN_SM90_FP8_D256_BN  // the d256 FP8 tile's keys a step (64 or 128)
 #define FLASHATTN_SM90_FP8_D256_BN 64
 #endif
-// The d128 FP8 tile's keys a step, 128 or 192 (a build's A/B, written 2026-12-06, compiled,
-// not yet run; FA3 takes 224 there): ptxas gives 192 no spills in the plain kernel, 56 bytes in
-// softcap's, 4 / 8 in the on-chip V^T ones; 256 exceeds shared memory (the on-chip V^T's raw
-// ring). At d64, 192 keys spilled 336 bytes (three consumer warpgroups).
-#ifndef FLASHATTN_SM90_FP8_D128_BN
-#define FLASHATTN_SM90_FP8_D128_BN 128
-#endif
 constexpr FwdTile fwd_tile_fp8(int d, int dv) {
   return d <= 64    ? FwdTile{192, 128, 2, kPingPong}
-         : d <= 128 ? FwdTile{128, FLASHATTN_SM90_FP8_D128_BN, 2, kPingPong}
+         : d <= 128 ? FwdTile{128, 128, 2, kPingPong}
          : dv <= 192 ? FwdTile{128, 128, 2, kOverlap}
                      : FwdTile{128, FLASHATTN_SM90_FP8_D256_BN, 2, kOverlap};
 }
-static_assert(FLASHATTN_SM90_FP8_D128_BN == 128 || FLASHATTN_SM90_FP8_D128_BN == 192,
-              "the d128 FP8 tile reads whole 64-byte V^T rows and fits shared memory");
+// FP8 calls without softcap, non-causal or causal (no other window), over at least
+// kFp8LongKeys keys, with the staged V^T (not FLASHATTN_SM90_FP8_VCHIP), take
+// fwd_tile_fp8_long's tile where it has one (block_m 0: none). d128: 128 x 192 ping-pong (the
+// per-block costs, row maxima, O's rescale, barriers and waits, over 1.5x the keys; FA3 takes
+// 224, past our shared memory with the on-chip V^T's ring). H100 A/B as a whole-build switch
+// (ab_builds.sh, 2026-12-06, results/h100_fp8_ab_20261206b.txt), 192 / 128 keys: 16k 1.04 /
+// 1.08 (non-causal / causal), 4k 0.98-1.00, 1k 0.89 / 0.84. ptxas: no spills (softcap's
+// would spill 56 bytes: not built). At d64, 192 keys spilled 336 bytes (three consumers).
+inline constexpr int kFp8LongKeys = 8192;
+constexpr FwdTile fwd_tile_fp8_long(int d, int dv) {
+  return d == 128 && dv == 128 ? FwdTile{128, 192, 2, kPingPong} : FwdTile{0, 0, 0, 0};
+}
 // The widest key block an FP8 tile reads (fp8_layout_sm90.h sizes varlen's V^T regions by it).
 constexpr int fwd_fp8_block_n_max() {
   int n = fwd_tile_fp8(192, 128).block_n;
-  for (int d = 64; d <= 256; d += 64)
+  for (int d = 64; d <= 256; d += 64) {
     n = fwd_tile_fp8(d, d).block_n > n ? fwd_tile_fp8(d, d).block_n : n;
+    n = fwd_tile_fp8_long(d, d).block_n > n ? fwd_tile_fp8_long(d, d).block_n : n;
+  }
   return n;
 }
 

@@ -15,7 +15,7 @@ set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; L=/tmp/ab_logs; mkdir -p $L
 ROOT=$PWD
-VARIANTS="${VARIANTS:-skip:-DFLASHATTN_SM90_SKIP_RESCALE=1:128,256 bn192:-DFLASHATTN_SM90_FP8_D128_BN=192:128}"
+VARIANTS="${VARIANTS:-skip:-DFLASHATTN_SM90_SKIP_RESCALE=1:128,256}"
 TEST_ARGS="${TEST_ARGS:-tests/test_fp8.py -k cuda}"
 BENCH_ARGS="${BENCH_ARGS:---dtype fp8 --d 128 256 --N 1024 4096 16384 --causal 0 1}"
 t0=$(date +%s)
