@@ -130,7 +130,8 @@ def test_fp8_forward(device, c):
 
 def _vchip_params():
     cases = covering_set(_factors("cuda"), seed=41)
-    return [pytest.param(c, id=case_id(c)) for c in cases[: max(12, len(cases) // 3)]]
+    # "cuda-" in the ids: the GPU job's `-k cuda` selects them (2026-12-06: it did not before)
+    return [pytest.param(c, id=f"cuda-{case_id(c)}") for c in cases[: max(12, len(cases) // 3)]]
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
@@ -147,7 +148,7 @@ def test_fp8_forward_vchip(c, monkeypatch):
 def _long_params():
     f = _factors("cuda")
     f.update(hd=[(111, 111), (128, 128)], window=["none"], softcap=[0.0])
-    return [pytest.param(c, id=case_id(c)) for c in covering_set(f, seed=43)]
+    return [pytest.param(c, id=f"cuda-{case_id(c)}") for c in covering_set(f, seed=43)]
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
@@ -163,7 +164,7 @@ def test_fp8_forward_long_tile(c, monkeypatch):
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
-@pytest.mark.parametrize("vchip", ["0", "1"], ids=["staged", "vchip"])
+@pytest.mark.parametrize("vchip", ["0", "1"], ids=["cuda-staged", "cuda-vchip"])
 def test_varlen_nan_neighbour(vchip, monkeypatch):
     """Varlen, both V^T paths: a sequence whose last key block is partial next to one whose V
     starts with NaN codes (and which has no queries): the first sequence's output stays finite
