@@ -92,6 +92,19 @@ __device__ __forceinline__ uint32_t dropout_kept4(const DropoutRng& r, uint32_t 
   return __vcmpgeu4(word, r.threshold4);
 }
 
+// The same as 16-bit masks, for a packed 16-bit P: m01 0xffff in its low / high half where
+// byte 0 / 1 of `word` keeps its cell, m23 likewise for bytes 2 / 3. Each byte b becomes the
+// fp16 0x3C00 | b (1 + b / 1024: exact, monotone in b) and one HSET2 compares two of them with
+// the threshold's: 2 PRMT + 2 HSET2 a word, where __vcmpgeu4 and two widening PRMT took 7.
+__device__ __forceinline__ void dropout_kept16(const DropoutRng& r, uint32_t word, uint32_t& m01,
+                                               uint32_t& m23) {
+  const uint32_t thr = 0x3C003C00u | (r.threshold4 & 0xffu) * 0x00010001u;
+  const uint32_t h01 = __byte_perm(word, 0x3C3C3C3Cu, 0x5140u);
+  const uint32_t h23 = __byte_perm(word, 0x3C3C3C3Cu, 0x7362u);
+  asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m01) : "r"(h01), "r"(thr));
+  asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m23) : "r"(h23), "r"(thr));
+}
+
 // S orientation (forward; rows = queries): lane (g = lane / 4, t = lane % 4) holds rows
 // {g, g + 8} and columns {2t, 2t + 1, 2t + 8, 2t + 9} of a block, unit (g / 2, t). Blocks A =
 // (I, J) and B = (I, J + 1). On return a[half] / b[half]: the keep word of row g + 8 half in
