@@ -155,11 +155,11 @@ def _long_params():
 @pytest.mark.parametrize("c", _long_params())
 def test_fp8_forward_long_tile(c, monkeypatch):
     """The sm90 FP8 forward's long-key tile (tile_fwd_sm90.h's fwd_tile_fp8_long, d128 128 x
-    192, taken from 8k keys up) at every length (FLASHATTN_SM90_FP8_LONG=1): partial and single
+    192, from 8k keys up under FLASHATTN_SM90_FP8_LONG=1) at every length (=2): partial and single
     key blocks, causal, varlen with empty sequences (its V^T regions hold 192-key blocks), GQA,
     the descales; the calls it takes (d 72-128, no softcap, no window but causal)."""
     skip_unless_sm90()
-    monkeypatch.setenv("FLASHATTN_SM90_FP8_LONG", "1")
+    monkeypatch.setenv("FLASHATTN_SM90_FP8_LONG", "2")
     run_case("cuda", c)
 
 
