@@ -164,23 +164,35 @@ def test_fp8_forward_long_tile(c, monkeypatch):
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
-@pytest.mark.parametrize("vchip", ["0", "1"], ids=["cuda-staged", "cuda-vchip"])
-def test_varlen_nan_neighbour(vchip, monkeypatch):
-    """Varlen, both V^T paths: a sequence whose last key block is partial next to one whose V
-    starts with NaN codes (and which has no queries): the first sequence's output stays finite
-    and right (P is 0 past its keys, but 0 x NaN is NaN, so those rows must read as zeros)."""
+@pytest.mark.parametrize("vchip,long_tile,lens_q,lens_k", [
+    ("0", "0", [150, 0], [200, 300]),
+    ("1", "0", [150, 0], [200, 300]),
+    ("0", "2", [150, 0], [200, 300]),
+    # The long tile's tightest region edge: a sequence from key row 1 (mod 128) whose length
+    # is 255 (mod 384): its last 192-key block ends where the next sequence's region starts.
+    ("0", "2", [0, 100, 0], [1, 255, 300]),
+], ids=["cuda-staged", "cuda-vchip", "cuda-long", "cuda-long-edge"])
+def test_varlen_nan_neighbour(vchip, long_tile, lens_q, lens_k, monkeypatch):
+    """Varlen, both V^T paths and the long-key tile: a sequence whose last key block is partial
+    next to one whose V starts with NaN codes (and which has no queries): the sequence's output
+    stays finite and right (P is 0 past its keys, but 0 x NaN is NaN, so those rows must read
+    as zeros). Checked: the last sequence with queries."""
     skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_FP8_VCHIP", vchip)
-    lens_q, lens_k = [150, 0], [200, 300]
+    monkeypatch.setenv("FLASHATTN_SM90_FP8_LONG", long_tile)
     q = quantize([sum(lens_q), 2, 128], "cuda")
     k, v = quantize([sum(lens_k), 2, 128], "cuda"), quantize([sum(lens_k), 2, 128], "cuda")
-    v.view(torch.uint8)[200:260] = 0x7F  # e4m3fn NaN, the second sequence's first 60 keys
+    nan0 = sum(lens_k[:-1])  # e4m3fn NaN, the last sequence's first 60 keys
+    v.view(torch.uint8)[nan0:nan0 + 60] = 0x7F
     cu = (_cu(lens_q, "cuda"), _cu(lens_k, "cuda"))
-    out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, *cu, 150, 300, return_attn_probs=True)
-    sl = slice(0, 200)
-    ref, emul, _ = ref_and_emul_fp8(q.cpu(), k[sl].cpu(), v[sl].cpu(),
-                                    cu_seqlens=(_cu([150], "cpu"), _cu([200], "cpu")))
-    check_fp8({"out": out, "lse": lse}, ref, emul, None, torch.bfloat16, "cuda")
+    out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, *cu, max(lens_q), max(lens_k),
+                                                   return_attn_probs=True)
+    b = max(i for i, n in enumerate(lens_q) if n > 0)
+    q0, k0 = sum(lens_q[:b]), sum(lens_k[:b])
+    qs, ks = slice(q0, q0 + lens_q[b]), slice(k0, k0 + lens_k[b])
+    ref, emul, _ = ref_and_emul_fp8(q[qs].cpu(), k[ks].cpu(), v[ks].cpu(),
+                                    cu_seqlens=(_cu([lens_q[b]], "cpu"), _cu([lens_k[b]], "cpu")))
+    check_fp8({"out": out[qs], "lse": lse[:, qs]}, ref, emul, None, torch.bfloat16, "cuda")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -57,6 +57,10 @@ void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   if (p.dropout_threshold > 0) kernel = bwd_kernel_d256_sm90<Element, false, true>;
 #endif
   if (p.deterministic) kernel = bwd_kernel_d256_sm90<Element, false, false, true>;
+#ifndef FLASHATTN_DISABLE_DROPOUT
+  if (p.dropout_threshold > 0 && kernel != bwd_kernel_d256_sm90<Element, false, true>)
+    throw std::runtime_error("flashattn sm90 bwd d256: a dropout call without the dropout kernel");
+#endif
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Cfg::kSmem));
   kernel<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(

@@ -212,6 +212,12 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     if (p.block_m % Cfg::kBM != 0 || p.block_n % Cfg::kBN != 0)
       throw std::runtime_error("flashattn sm90 bwd: block sizes not multiples of the tile");
   }
+#ifndef FLASHATTN_DISABLE_DROPOUT
+  // bwd_unsupported sends dropout with a score transform, deterministic or a block mask to
+  // sm80; were that lifted, the dropout would be lost here, so say so instead.
+  if (p.dropout_threshold > 0 && kernel != bwd_kernel_sm90<Cfg, Element, true>)
+    throw std::runtime_error("flashattn sm90 bwd: a dropout call without the dropout kernel");
+#endif
   const int64_t smem = Cfg::kSmem + bwd_sparse_smem_bytes(p, list_cap);
   if (smem > smem_optin_bytes())
     throw std::runtime_error("flashattn sm90 bwd: a block mask of " + std::to_string(list_cap) +
