@@ -32,7 +32,9 @@ test_dropout and test_sinks (issue 15: dropout, attention sinks), test_block_spa
 block-sparse attention, CPU and the sm80 kernels), test_fp8 (issue 14: the
 FP8 forward against the emulation of tests/reference.py, CPU and the sm90 kernel), test_build_flags (FLASHATTN_DISABLE_* plumbing),
 test_bench_fp8 (bench_attn.py --dtype fp8), test_backend (the backend
-choice, the sm90 forward, these rules), test_build_archs (setup's arch-list rules), test_bench_* (the benchmark).
+choice, the sm90 forward, these rules), test_build_archs (setup's arch-list rules), test_bench_* (the benchmark),
+test_suite_selection (every CUDA-only test is one the GPU jobs' `-k cuda` selects: mark such
+tests without a `device` parameter @pytest.mark.cuda).
 """
 import logging
 import os
@@ -81,6 +83,12 @@ if "OMP_NUM_THREADS" not in os.environ:
 logging.getLogger("torch.__trace").propagate = False
 
 _SEED_KEY = pytest.StashKey[int]()
+
+
+def pytest_configure(config):
+    # CUDA-only tests without a `device` parameter carry this marker, so that the GPU jobs'
+    # `-k cuda` selects them (test_suite_selection.py checks that they do).
+    config.addinivalue_line("markers", "cuda: a CUDA-only test (selected by -k cuda)")
 
 
 def pytest_generate_tests(metafunc):

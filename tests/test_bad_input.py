@@ -163,6 +163,7 @@ def test_noncontiguous_last_dim(device, which):
 
 # One argument on the CPU, the rest on the GPU. The ids say "cuda" (cuda-k, ...) so that the
 # GPU job's `-k cuda` selects them.
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("which", ["k", "v", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k"],
                          ids=lambda w: f"cuda-{w}")

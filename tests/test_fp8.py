@@ -134,6 +134,7 @@ def _vchip_params():
     return [pytest.param(c, id=f"cuda-{case_id(c)}") for c in cases[: max(12, len(cases) // 3)]]
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
 @pytest.mark.parametrize("c", _vchip_params())
 def test_fp8_forward_vchip(c, monkeypatch):
@@ -151,6 +152,7 @@ def _long_params():
     return [pytest.param(c, id=f"cuda-{case_id(c)}") for c in covering_set(f, seed=43)]
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
 @pytest.mark.parametrize("c", _long_params())
 def test_fp8_forward_long_tile(c, monkeypatch):
@@ -163,6 +165,7 @@ def test_fp8_forward_long_tile(c, monkeypatch):
     run_case("cuda", c)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
 @pytest.mark.parametrize("vchip,long_tile,lens_q,lens_k", [
     ("0", "0", [150, 0], [200, 300]),
