@@ -95,9 +95,9 @@ inline Backend sm80_or_fail(const char* what) {
 // count key blocks from the shifted diagonal (sm80: bwd_order_sm80.h on MaskInfo; sm90:
 // bwd_det_turn); dropout's keep mask takes them in the sm90 kernels only (dropout_lanes.cuh:
 // whole 16 x 16 blocks when both offsets are multiples of 16, else cell by cell, in a second
-// copy of each dropout kernel body), so a dropout call with offsets that would run an sm80
-// kernel raises (fail_sm80_dropout_offsets: the second bodies doubled the sm80 dropout
-// kernels' compile time, 21 -> 36 s a file, the build past its 15-minute budget); the decode
+// instantiation of each dropout kernel), so a dropout call with offsets that would run an sm80
+// kernel raises (fail_sm80_dropout_offsets: second bodies doubled the sm80 dropout kernels'
+// compile time, 21 -> 36 s a file, the build past its 15-minute budget); the decode
 // kernels never see them (decode_shaped).
 inline constexpr int64_t kCudaPosOffsetLimit = int64_t(1) << 28;
 inline void check_cuda_pos_offsets(const FwdParams& p) {
@@ -116,10 +116,8 @@ inline void check_cuda_pos_offsets(const FwdParams& p) {
 }
 #endif
 
-// Dropout with position offsets where the sm80 kernels would run it (see above).
-inline bool dropout_offsets(const FwdParams& p) {
-  return p.dropout_threshold > 0 && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr);
-}
+// Dropout with position offsets (params.h's dropout_offsets_call) where the sm80 kernels would
+// run it (see above).
 [[noreturn]] inline void fail_sm80_dropout_offsets(const char* what, const char* why_not_sm90) {
   fail("dropout with position offsets (q_pos_offset / k_pos_offset) on CUDA runs on the sm90 "
        "(Hopper) kernels only, and ", what, " of this call would run the sm80 kernels (",
@@ -164,7 +162,7 @@ inline Backend choose_fwd(const FwdParams& p) {
 #endif
   }
   if (force == Force::kSm80) {
-    if (dropout_offsets(p))
+    if (dropout_offsets_call(p))
       fail_sm80_dropout_offsets("the forward", "FLASHATTN_FORCE_BACKEND=sm80");
     return sm80_or_fail("the forward");
   }
@@ -184,7 +182,7 @@ inline Backend choose_fwd(const FwdParams& p) {
   if (force == Force::kSm90)
     fail("FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take this call: ",
          why_not_sm90);
-  if (dropout_offsets(p)) fail_sm80_dropout_offsets("the forward", why_not_sm90);
+  if (dropout_offsets_call(p)) fail_sm80_dropout_offsets("the forward", why_not_sm90);
   return sm80_or_fail("the forward");
 }
 
@@ -229,7 +227,7 @@ inline Backend choose_bwd(const BwdParams& p) {
   (void)force;
   const char* why_not_sm90 = "this build has no sm90 kernels";
 #endif
-  if (dropout_offsets(p)) fail_sm80_dropout_offsets("the backward", why_not_sm90);
+  if (dropout_offsets_call(p)) fail_sm80_dropout_offsets("the backward", why_not_sm90);
   return sm80_or_fail("the backward");
 #endif
 }

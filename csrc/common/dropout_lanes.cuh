@@ -37,12 +37,6 @@ __device__ __forceinline__ DropoutRng dropout_rng(const int64_t* rng_state, uint
                     threshold * 0x01010101u, b, h, qo, ko};
 }
 
-// Host: whether a call is a dropout call with position offsets (the kCells kernel launches
-// beside the whole-block one).
-inline bool dropout_offsets_call(const FwdParams& p) {
-  return p.dropout_threshold > 0 && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr);
-}
-
 // Whether some sequence's position offsets are not multiples of 16 (the call then takes the
 // cell-by-cell path). Every thread of the CTA calls it (a barrier), before any role split.
 __device__ __forceinline__ bool dropout_cells_call(const FwdParams& p) {

@@ -233,6 +233,12 @@ struct KvAppendParams {
   int64_t q_rot_batch_stride = 0, q_rot_row_stride = 0, q_rot_head_stride = 0;
 };
 
+// A dropout call with position offsets (host: the sm80 kernels refuse it, backend_choice.h;
+// the sm90 launches add the cell-by-cell mask's kernel, dropout_lanes.cuh).
+inline bool dropout_offsets_call(const FwdParams& p) {
+  return p.dropout_threshold > 0 && (p.q_pos_offset != nullptr || p.k_pos_offset != nullptr);
+}
+
 struct BwdParams : FwdParams {
   // o_ptr / lse_ptr (inherited) are the forward's saved out and softmax_lse (read-only here).
   const void* do_ptr = nullptr;

@@ -61,21 +61,17 @@ void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   if (p.dropout_threshold > 0 && kernel != bwd_kernel_d256_sm90<Element, false, true>)
     throw std::runtime_error("flashattn sm90 bwd d256: a dropout call without the dropout kernel");
 #endif
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Cfg::kSmem));
-  kernel<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(
-      args, maps, bwd_section_pairs(p, Cfg::kD, order));
-  FLASHATTN_LAUNCH_CHECK();
-#ifndef FLASHATTN_DISABLE_DROPOUT
-  if (kernel == bwd_kernel_d256_sm90<Element, false, true> && dropout_offsets_call(p)) {
-    // the cell-by-cell mask's kernel (dropout_lanes.cuh)
-    auto cells = bwd_kernel_d256_sm90<Element, false, true, false, true>;
-    FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        cells, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
-    cells<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(
+  auto launch = [&](decltype(kernel) k) {
+    FLASHATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+    k<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(
         args, maps, bwd_section_pairs(p, Cfg::kD, order));
     FLASHATTN_LAUNCH_CHECK();
-  }
+  };
+  launch(kernel);
+#ifndef FLASHATTN_DISABLE_DROPOUT
+  if (dropout_offsets_call(p))  // the cell-by-cell mask's kernel beside it (dropout_lanes.cuh)
+    launch(bwd_kernel_d256_sm90<Element, false, true, false, true>);
 #endif
 }
 

@@ -223,23 +223,19 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     throw std::runtime_error("flashattn sm90 bwd: a block mask of " + std::to_string(list_cap) +
                              " query tiles needs " + std::to_string(smem) +
                              " bytes of shared memory, above the GPU's");
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
     throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
-  kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
-      args, maps, bwd_section_pairs(p, Cfg::kD, order), static_cast<int>(list_cap));
-  FLASHATTN_LAUNCH_CHECK();
-#ifndef FLASHATTN_DISABLE_DROPOUT
-  if (kernel == bwd_kernel_sm90<Cfg, Element, true> && dropout_offsets_call(p)) {
-    // the cell-by-cell mask's kernel (dropout_lanes.cuh)
-    auto cells = bwd_kernel_sm90<Cfg, Element, true, false, false, false, true>;
+  auto launch = [&](decltype(kernel) k) {
     FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        cells, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    cells<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
+        k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    k<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
         args, maps, bwd_section_pairs(p, Cfg::kD, order), static_cast<int>(list_cap));
     FLASHATTN_LAUNCH_CHECK();
-  }
+  };
+  launch(kernel);
+#ifndef FLASHATTN_DISABLE_DROPOUT
+  if (dropout_offsets_call(p))  // the cell-by-cell mask's kernel beside it (dropout_lanes.cuh)
+    launch(bwd_kernel_sm90<Cfg, Element, true, false, false, false, true>);
 #endif
 }
 

@@ -318,9 +318,6 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g,
     throw std::runtime_error("flashattn sm90 fwd: a block mask of " + std::to_string(list_cap) +
                              " key tiles needs " + std::to_string(smem) +
                              " bytes of shared memory, above the GPU's");
-  auto kernel = fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse>;
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const unsigned grid = static_cast<unsigned>(tiles < max_ctas ? tiles : max_ctas);
   const int deal = g.deal >= 0 ? g.deal : local && grid < tiles ? kDealPairs : kDealSnake;
   // One (head, sequence) pair per group of the tile order: a head's query blocks run together
@@ -336,19 +333,17 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g,
   const bool o_halves = Cfg::kFp8 && !(p.headdim_v % 8 == 0 && aligned_to(p.o_ptr, 4) &&
                                        strides_ok(p.o_row_stride, p.o_head_stride,
                                                   p.o_batch_stride, 2));
-  kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
-      p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0, o_halves ? 1 : 0);
-  FLASHATTN_LAUNCH_CHECK();
-  if constexpr (Has_dropout) {  // the cell-by-cell mask's kernel (dropout_lanes.cuh)
-    if (dropout_offsets_call(p)) {
-      auto cells = fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse, true>;
-      FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-          cells, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      cells<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
-          p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0, o_halves ? 1 : 0);
-      FLASHATTN_LAUNCH_CHECK();
-    }
-  }
+  auto launch = [&](auto kernel) {
+    FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
+        p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0, o_halves ? 1 : 0);
+    FLASHATTN_LAUNCH_CHECK();
+  };
+  launch(fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse>);
+  if constexpr (Has_dropout)  // the cell-by-cell mask's kernel beside it (dropout_lanes.cuh)
+    if (dropout_offsets_call(p))
+      launch(fwd_kernel_sm90<Cfg, Element, Has_score_mod, Has_dropout, Is_sparse, true>);
 }
 
 // Whether a call needs the score-transform kernel: softcap or ALiBi on, or a scale <= 0
