@@ -167,6 +167,22 @@ def test_fp8_forward_long_tile(c, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
+@pytest.mark.parametrize("causal", [False, True], ids=["cuda-nc", "cuda-causal"])
+def test_fp8_forward_long_tile_default(causal, monkeypatch):
+    """The long-key tile as a user's call meets it (FLASHATTN_SM90_FP8_LONG unset: from 8192
+    keys up): 8300 keys (a partial last 192-key block), 77 queries, GQA 4 / 2, d 128."""
+    skip_unless_sm90()
+    fp8_skip("cuda")
+    monkeypatch.delenv("FLASHATTN_SM90_FP8_LONG", raising=False)
+    q = quantize([1, 77, 4, 128], "cuda")
+    k, v = quantize([1, 8300, 2, 128], "cuda"), quantize([1, 8300, 2, 128], "cuda")
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    ref, emul, _ = ref_and_emul_fp8(q.cpu(), k.cpu(), v.cpu(), causal=causal)
+    check_fp8({"out": out, "lse": lse}, ref, emul, None, torch.bfloat16, "cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
 @pytest.mark.parametrize("vchip,long_tile,lens_q,lens_k", [
     ("0", "0", [150, 0], [200, 300]),
     ("1", "0", [150, 0], [200, 300]),

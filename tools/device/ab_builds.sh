@@ -5,7 +5,8 @@
 # "+"-joined, e.g. "skip:-DFLASHATTN_SM90_SKIP_RESCALE=1:128,256") in its own copy of the
 # tracked tree, or of the folder `tree` (e.g. an older commit's `git archive`, carried)
 # (/tmp/ab/<name>, FLASHATTN_HEADDIMS=headdims to keep it short), built at the same time. Then,
-# for each build, TEST_ARGS (pytest; default the FP8 CUDA tests) and BENCH_ARGS
+# for each build, TEST_ARGS (pytest; default the FP8 CUDA tests; VARIANT_TEST_ARGS, when set, for
+# the variants' builds instead) and BENCH_ARGS
 # (bench_attn.py; default the FP8 forward at d 128 / 256), the benchmarks in the order base,
 # variants, base again (the two base runs bound the drift between processes). Logs and JSON
 # under $OUT (at most 8 files come back: keep VARIANTS short); a summary last.
@@ -45,9 +46,9 @@ for v in $VARIANTS; do
   grep -E "spill stores" $L/build_$name.log | grep -v " 0 bytes spill" | sort | uniq -c | head -5
 done
 run_tests() {  # name, tree, require (0 for a variant narrowed by FLASHATTN_HEADDIMS: the cases
-  # of the head dims it left out skip, and the summary line counts them)
+  # of the head dims it left out skip, and the summary line counts them), pytest arguments
   FLASHATTN_REQUIRE_CUDA=${3:-1} PYTHONPATH=$2 timeout -s INT -k 10 ${TEST_LIMIT:-120} \
-    bash -c "cd $2 && exec python3 -m pytest -q -rfE -p no:cacheprovider -n 8 $TEST_ARGS" \
+    bash -c "cd $2 && exec python3 -m pytest -q -rfE -p no:cacheprovider -n 8 ${4:-$TEST_ARGS}" \
     > $L/tests_$1.log 2>&1
   echo "== tests $1 rc=$?: $(tail -n 1 $L/tests_$1.log) ($(cd /tmp && PYTHONPATH=$2 python3 -c \
     'import flashattn; print(flashattn.__file__)' 2>&1 | tail -n 1))"
@@ -62,7 +63,8 @@ run_tests base "$ROOT"
 if [ "${TEST_VARIANTS:-1}" = 1 ]; then  # 0: the base build's tests only
   for v in $VARIANTS; do
     IFS=: read -r name _ hdims _ <<< "$v"
-    run_tests $name /tmp/ab/$name $([ -n "$hdims" ] && echo 0 || echo 1)
+    run_tests $name /tmp/ab/$name $([ -n "$hdims" ] && echo 0 || echo 1) \
+      "${VARIANT_TEST_ARGS:-$TEST_ARGS}"
   done
 fi
 run_bench base "$ROOT" "$OUT/ab_base.json"
