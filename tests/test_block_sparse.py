@@ -20,6 +20,8 @@ from reference import (attn_probs_ref, block_mask_elements, dropout_keep_ref,
 
 SHAPES = {"113x203": (113, 203), "300x257": (300, 257), "1x239": (1, 239), "239x1": (239, 1),
           "128x128": (128, 128), "200x77": (200, 77)}
+# Shapes of the dedicated cases only (not in the covering sets' factors).
+EXTRA_SHAPES = {"1100x1100": (1100, 1100)}
 BLOCKS = {"128x128": (128, 128), "64x64": (64, 64), "64x128": (64, 128), "128x32": (128, 32)}
 HD = [(32, 32), (59, 59), (64, 64), (128, 128), (96, 64)]
 # Blocks of whole sm90 block-sparse tiles (128 x 128): test_block_sparse_sm90_forward.
@@ -36,6 +38,11 @@ def make_mask(density, shape, device):
         return torch.ones(shape, dtype=torch.bool, device=device)
     if density == "none":
         return torch.zeros(shape, dtype=torch.bool, device=device)
+    if density == "localglobal":  # a band of 3 blocks plus key block 0 kept by every row
+        nq, nk = shape[-2:]
+        qi = torch.arange(nq, device=device)[:, None] * nk // max(nq, 1)
+        kj = torch.arange(nk, device=device)[None, :]
+        return (((kj - qi).abs() <= 1) | (kj == 0)).expand(shape).contiguous()
     frac = {"half": 0.5, "sparse": 0.2, "emptyrows": 0.6}[density]
     m = torch.rand(shape, device=device) < frac
     if density == "emptyrows":  # the first and last query-block rows keep nothing
@@ -69,7 +76,7 @@ def run_case(device, c, seed):
     H, Hk = HEADS[c["heads"]]
     p = c["p"]
     skip_if_no_kernel(device, dtype, d, dv)
-    sq, sk = SHAPES[c["shape"]]
+    sq, sk = {**SHAPES, **EXTRA_SHAPES}[c["shape"]]
     bs = {**BLOCKS, **SM90_BLOCKS}[c["block"]]
     B = 2
     nq, nk = _nblocks(sq, sk, bs)
@@ -518,6 +525,26 @@ def test_block_sparse_sm90_forward(device, c, seed, monkeypatch):
         if "FLASHATTN_FORCE_BACKEND=sm90, but the sm90 forward does not take" in str(err):
             raise AssertionError(f"the sm90 forward refused a block-sparse call: {err}") from None
         raise
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["nc", "causal"])
+@pytest.mark.parametrize("heads", ["mha", "gqa"])
+def test_block_sparse_sm90_heavy_first(d, causal, heads, seed, monkeypatch):
+    """A local + global mask over 9 x 9 blocks of 128 (key block 0 kept by every query block, a
+    band of 3 elsewhere): the sm90 backward launches its CTAs heavy first through the order its
+    pre-kernel writes (sm90/bwd_order_sm90.cuh: the heaviest list is over twice the mean), so a
+    CTA it lost or ran twice shows in dK / dV against the float64 reference (NaN-poisoned
+    outputs, GQA's accumulated dK / dV)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 kernels run on compute capability 9.0 only")
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    c = dict(dtype="bf16", hd=(d, d), heads=heads, p=0.0, shape="1100x1100", block="128x128",
+             bcast="bh", density="localglobal", form="compressed", sink=False, causal=causal,
+             window="none", softcap=0.0, alibi="none")
+    run_case("cuda", c, seed)
 
 
 def _varlen_factors(device):

@@ -32,6 +32,7 @@ struct BwdArgs {
   bool rotate;      // no window: CTA n visits query blocks starting at n (see the kernel)
   int rot_chunk;    // rotate: the largest rotation chunk (bwd_order::rotation_chunk)
   bool heavy_first; // causal, non-deterministic: key block index the slowest in launch order
+  const int* order; // sm90 block-sparse: the CTAs' launch order (sm90/bwd_order_sm90.cuh) or null
 };
 
 namespace bwd_detail {

@@ -52,7 +52,8 @@ const char* bwd_unsupported_here(const BwdParams& p) {
 
 WorkspaceSizes bwd_workspace(const BwdParams& p) {
   const sm80::BwdWorkspaceLayout w = sm80::bwd_workspace_layout(p, sm90_bwd_kernel_dim(p));
-  return WorkspaceSizes{w.f32_elems, w.i32_elems};
+  // Past the sm80 layout's int32 entries: a block-sparse call's launch order.
+  return WorkspaceSizes{w.f32_elems, w.i32_elems + bwd_order_entries(p)};
 }
 
 void run_bwd(const BwdParams& p, void* stream) {

@@ -31,6 +31,7 @@
 #include "../common/seqlen.h"
 #include "../sm80/kernel_bwd_aux_sm80.cuh"
 #include "bwd_layout_sm90.h"
+#include "bwd_order_sm90.cuh"  // bwd_block_coord
 #include "primitives_bwd_sm90.cuh"
 
 namespace flashattn::sm90 {
@@ -91,24 +92,6 @@ struct BwdConfig {
 // The package's tile per head dim (kD is the accumulators' row length).
 template <int kD>
 using BwdConfigFor = BwdConfig<kD, kD == 64 ? 128 : 64>;
-
-// The grid is (key blocks, heads, batch). sect > 0 (causal): the launch order goes through
-// sections of `sect` (head, sequence) pairs, each section's key blocks in index order (the
-// heaviest first) across its pairs, so the long blocks do not end the kernel alone while a
-// section's Q, dO and dQ stay in L2 (FA3's LPT order). 0: one pair's key blocks after another.
-__device__ __forceinline__ void bwd_block_coord(int sect, int& n_block, int& h, int& b) {
-  n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  if (sect <= 0) return;
-  const int nb = gridDim.x, pairs = gridDim.y * gridDim.z;
-  const int64_t lin = blockIdx.x + int64_t(nb) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
-  const int64_t span = int64_t(sect) * nb;
-  const int s = static_cast<int>(lin / span), w = static_cast<int>(lin % span);
-  const int here = min(sect, pairs - s * sect);  // the last section may be short
-  const int pair = s * sect + w % here;
-  n_block = w / here;
-  h = pair % int(gridDim.y);
-  b = pair / int(gridDim.y);
-}
 
 // dK (scaled) and dV of this thread's keys kr[0], kr[1] and its kCols head-dim columns from
 // col0 (col0 + j * 8 + (lane % 4) * 2 and + 1, j < kCols / 8; the accumulator layout of an
@@ -486,7 +469,7 @@ __device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const B
   uint64_t* q_full = kv_full + 1;
   uint64_t* q_empty = q_full + kStages;
   int n_block, h, b;
-  bwd_block_coord(sect, n_block, h, b);
+  bwd_block_coord(sect, n_block, h, b, Is_sparse ? args.order : nullptr);
   const int hk = h / args.group;
   const SeqInfo si = sm80::bwd_detail::seq_info_clamped(p, b);
   const int n0 = n_block * kBN;

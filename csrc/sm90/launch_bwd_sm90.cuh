@@ -157,6 +157,23 @@ inline int bwd_section_pairs(const BwdParams& p, int kd, BwdOrder order) {
   return sect;
 }
 
+// The block-sparse backward's heavy-first launch order (bwd_order_sm90.cuh; written
+// 2026-12-06, fourth session): on; FLASHATTN_SM90_SPARSE_ORDER=0 keeps the section order (read
+// per call, for the A/B).
+inline bool sm90_sparse_order_enabled() { return !env_is("FLASHATTN_SM90_SPARSE_ORDER", '0'); }
+
+// Block-sparse calls (never deterministic on sm90: bwd_unsupported): the int32 workspace
+// entries, past the sm80 layout's, that hold the CTAs' launch order (bwd_order_sm90.cuh): one
+// per CTA of the 64 / 128 kernel's grid (kBN = 128 keys; the d 256 kernel takes no mask); 0
+// for other calls and for grids past kBwdOrderMaxCtas (those keep the section order).
+inline int64_t bwd_order_entries(const BwdParams& p) {
+  constexpr int kBN = BwdConfigFor<128>::kBN;
+  static_assert(BwdConfigFor<64>::kBN == kBN, "one key tile for both kernels");
+  if (p.q_num_blocks == nullptr || p.deterministic || p.seqlen_k <= 0) return 0;
+  const int64_t n = (int64_t(p.seqlen_k) + kBN - 1) / kBN * p.nheads * p.batch;
+  return n <= kBwdOrderMaxCtas ? n : 0;
+}
+
 // The tensor maps of a main kernel with kBM-query and kBN-key boxes over accumulators of kD
 // columns (kernel_bwd_sm90.cuh's, kernel_bwd_d256_sm90.cuh's).
 template <typename Element>
@@ -225,11 +242,28 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
                              " bytes of shared memory, above the GPU's");
   if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
     throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
+  const int sect = bwd_section_pairs(p, Cfg::kD, order);
+  sm80::BwdArgs a = args;
+  // Block-sparse: heavy key blocks first (bwd_order_sm90.cuh), ordered on the device into the
+  // workspace's entries past the sm80 layout's (bwd_workspace); a workspace without them (the
+  // self-test's) keeps the section order.
+  const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
+  const int64_t order_at = sm80::bwd_workspace_layout(p, Cfg::kD).i32_elems;
+  if (p.q_num_blocks != nullptr && order == BwdOrder::kAuto && sm90_sparse_order_enabled() &&
+      bwd_order_entries(p) == ctas &&
+      p.workspace_i32 != nullptr && p.workspace_i32_elems >= order_at + ctas) {
+    int* buf = p.workspace_i32 + order_at;
+    bwd_sparse_order_kernel<<<1, kBwdOrderThreads, 0, stream>>>(
+        p, Cfg::kBN, sect, static_cast<int>(grid.x), static_cast<int>(grid.y),
+        static_cast<int>(grid.y * grid.z), buf);
+    a.order = buf;
+    FLASHATTN_LAUNCH_CHECK();
+  }
   auto launch = [&](decltype(kernel) k) {
     FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
         k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    k<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
-        args, maps, bwd_section_pairs(p, Cfg::kD, order), static_cast<int>(list_cap));
+    k<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(a, maps, sect,
+                                                                 static_cast<int>(list_cap));
     FLASHATTN_LAUNCH_CHECK();
   };
   launch(kernel);
