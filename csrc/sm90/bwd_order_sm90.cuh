@@ -73,16 +73,19 @@ inline constexpr int kBwdOrderThreads = 1024;
 // key block lists at least twice the mean (and 4 tiles), the weight classes heaviest first,
 // each in section order (stable: random masks, whose lists are alike, keep the L2 sections);
 // else the section order itself. Every entry of order[0, nb * pairs) is written.
-__global__ void __launch_bounds__(kBwdOrderThreads)
+// (A template: headers define it in several translation units.)
+template <int kThreads = kBwdOrderThreads>
+__global__ void __launch_bounds__(kThreads)
     bwd_sparse_order_kernel(const __grid_constant__ BwdParams p, int kbn, int sect, int nb, int heads, int pairs,
                             int* __restrict__ order) {
-  constexpr int kWarps = kBwdOrderThreads / 32;
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kWarps == 32, "one warp scans the warps' sums");
   __shared__ int s_max, s_scan[kWarps];
   __shared__ unsigned s_bins;
   __shared__ unsigned long long s_sum;
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int64_t total = int64_t(nb) * pairs;
-  const int64_t per = (total + kBwdOrderThreads - 1) / kBwdOrderThreads;
+  const int64_t per = (total + kThreads - 1) / kThreads;
   const int64_t lo = t * per < total ? t * per : total, hi = lo + per < total ? lo + per : total;
   auto weight = [&](int64_t lin) {
     int n_block, h, b;

@@ -253,7 +253,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
       bwd_order_entries(p) == ctas &&
       p.workspace_i32 != nullptr && p.workspace_i32_elems >= order_at + ctas) {
     int* buf = p.workspace_i32 + order_at;
-    bwd_sparse_order_kernel<<<1, kBwdOrderThreads, 0, stream>>>(
+    bwd_sparse_order_kernel<><<<1, kBwdOrderThreads, 0, stream>>>(
         p, Cfg::kBN, sect, static_cast<int>(grid.x), static_cast<int>(grid.y),
         static_cast<int>(grid.y * grid.z), buf);
     a.order = buf;
