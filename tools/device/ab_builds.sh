@@ -27,7 +27,9 @@ for v in $VARIANTS; do
   if [ -n "$src" ]; then  # another tree (e.g. an older commit's, carried): its files
     cp -r "$src"/. /tmp/ab/$name/
   else
-    git ls-files -z | tar --null -T - -cf - | tar -xf - -C /tmp/ab/$name
+    # the tree as carried (new files may be missing from a copied index: --others too)
+    git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - \
+      | tar -xf - -C /tmp/ab/$name
   fi
   ( cd /tmp/ab/$name && NVCC_APPEND_FLAGS="${defs//+/ } ${NVCC_APPEND_FLAGS:-}" \
       FLASHATTN_HEADDIMS="$hdims" MAX_JOBS=${AB_JOBS:-6} python3 setup.py build_ext --inplace \
