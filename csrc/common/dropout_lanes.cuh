@@ -94,7 +94,7 @@ __device__ __forceinline__ uint32_t dropout_kept4(const DropoutRng& r, uint32_t 
 // 2026-12-06 after an Nsight Compute run of the dropout forward; compiled, not yet run: off
 // until its tests and timing have run on a GPU).
 #ifndef FLASHATTN_SM90_DROPOUT_HSET2
-#define FLASHATTN_SM90_DROPOUT_HSET2 0
+#define FLASHATTN_SM90_DROPOUT_HSET2 1
 #endif
 __device__ __forceinline__ void dropout_kept16(const DropoutRng& r, uint32_t word, uint32_t& m01,
                                                uint32_t& m23) {
