@@ -90,9 +90,9 @@ __device__ __forceinline__ uint32_t dropout_kept4(const DropoutRng& r, uint32_t 
 // byte 0 / 1 of `word` keeps its cell, m23 likewise for bytes 2 / 3. Each byte b becomes the
 // fp16 0x3C00 | b (1 + b / 1024: exact, monotone in b) and one HSET2 compares two of them with
 // the threshold's: 2 PRMT + 2 HSET2 a word, where __vcmpgeu4 and two widening PRMT took 7.
-// Used by the sm90 forward under FLASHATTN_SM90_DROPOUT_HSET2=1 (a build's A/B, written
-// 2026-12-06 after an Nsight Compute run of the dropout forward; compiled, not yet run: off
-// until its tests and timing have run on a GPU).
+// Used by the sm90 forward (FLASHATTN_SM90_DROPOUT_HSET2, a build switch: on since its tests
+// passed on an H100 and the build A/B ran the dropout forward 1.02-1.08x the __vcmpgeu4 form,
+// 2026-12-06, benchmarks/results/h100_20261206d.txt; =0 builds the old form).
 #ifndef FLASHATTN_SM90_DROPOUT_HSET2
 #define FLASHATTN_SM90_DROPOUT_HSET2 1
 #endif

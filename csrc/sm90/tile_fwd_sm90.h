@@ -133,8 +133,8 @@ constexpr FwdTile fwd_tile_fp8(int d, int dv) {
 }
 // FP8 calls without softcap, non-causal or causal (no other window), over at least
 // kFp8LongKeys keys, with the staged V^T (not FLASHATTN_SM90_FP8_VCHIP), take
-// fwd_tile_fp8_long's tile where it has one (block_m 0: none), under FLASHATTN_SM90_FP8_LONG=1
-// until its reference tests have run on a GPU (launch_fwd_sm90.cuh). d128: 128 x 192 ping-pong (the
+// fwd_tile_fp8_long's tile where it has one (block_m 0: none), unless FLASHATTN_SM90_FP8_LONG=0
+// (launch_fwd_sm90.cuh; its tests passed on an H100, 2026-12-06). d128: 128 x 192 ping-pong (the
 // per-block costs, row maxima, O's rescale, barriers and waits, over 1.5x the keys; FA3 takes
 // 224, past our shared memory with the on-chip V^T's ring). H100 A/B as a whole-build switch
 // (ab_builds.sh, 2026-12-06, results/h100_fp8_ab_20261206b.txt), 192 / 128 keys: 16k 1.04 /
