@@ -13,7 +13,7 @@ semantics of csrc/common/params.h:
     block_mask (issue 16): bool (B or 1, H or 1, ceil(sq / bm), ceil(sk / bn)), expanded to
         elements (block_mask_elements) and and-ed into visible: a dropped tile is not visible
     dropout: out = (P * keep * dropout_scale) @ v, P and lse undropped; keep from
-        dropout_keep_ref, a Philox4x32-10 written here from the paper (numpy), checked
+        dropout_keep_ref, a Philox4x32 (7 rounds, as philox.h) written here from the paper (numpy), checked
         against Random123's known-answer vectors and the per-cell layout (tests/test_dropout.py)
 
 `attention_ref` computes in `compute_dtype`: float64 for the reference, the inputs' own
@@ -62,7 +62,8 @@ __all__ = [
     "kvcache_ref",
     "ref_and_lowp_kvcache",
     "paged_varlen_ref",
-    "philox4x32_10_ref",
+    "PHILOX_ROUNDS",
+    "philox4x32_ref",
     "dropout_threshold_ref",
     "dropout_scale_ref",
     "dropout_keep_ref",
@@ -430,13 +431,17 @@ def paged_varlen_ref(q, k_pages, v_pages, cu_seqlens_q, cu_seqlens_k, block_tabl
 _M32 = 0xFFFFFFFF
 
 
-def philox4x32_10_ref(c0, c1, c2, c3, k0, k1):
-    """Philox4x32-10 on numpy uint64 arrays holding 32-bit values (products fit in 64 bits)."""
+PHILOX_ROUNDS = 7  # the dropout mask's (csrc/common/philox.h's kPhiloxRounds)
+
+
+def philox4x32_ref(c0, c1, c2, c3, k0, k1, rounds=PHILOX_ROUNDS):
+    """Philox4x32 with `rounds` rounds on numpy uint64 arrays holding 32-bit values (products
+    fit in 64 bits)."""
     c = [np.asarray(x, dtype=np.uint64) for x in (c0, c1, c2, c3)]
     k0, k1 = np.uint64(k0), np.uint64(k1)
     m0, m1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
     w0, w1, mask, sh = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85), np.uint64(_M32), np.uint64(32)
-    for _ in range(10):
+    for _ in range(rounds):
         p0, p1 = m0 * c[0], m1 * c[2]
         c = [(p1 >> sh) ^ c[1] ^ k0, p1 & mask, (p0 >> sh) ^ c[3] ^ k1, p0 & mask]
         k0, k1 = (k0 + w0) & mask, (k1 + w1) & mask
@@ -474,7 +479,7 @@ def dropout_keep_ref(rng_state, batch, nheads, sq, sk, dropout_p, row0=0, col0=0
     J = np.arange(J0, J0 + nJ, dtype=np.uint64).reshape(1, 1, 1, nJ, 1)
     u = np.arange(16, dtype=np.uint64).reshape(1, 1, 1, 1, 16)
     shape = (batch, nheads, nI, nJ, 16)
-    words = philox4x32_10_ref(np.broadcast_to(J, shape), np.broadcast_to(I * 16 + u, shape),
+    words = philox4x32_ref(np.broadcast_to(J, shape), np.broadcast_to(I * 16 + u, shape),
                               np.broadcast_to((((offset & _M32) + h) & _M32), shape),
                               np.broadcast_to((((offset >> 32) + b) & _M32), shape),
                               seed & _M32, seed >> 32)

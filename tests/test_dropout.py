@@ -19,8 +19,8 @@ import flashattn
 from helpers import (DEVICES, DTYPES, HEADS, alibi_slopes, assert_close, case_id, check_results,
                      covering_set, cuda_case_params, dtypes_for, rand, skip_if_no_kernel,
                      skip_unless_sm90)
-from reference import (attn_probs_ref, dropout_keep_ref, dropout_scale_ref, dropout_threshold_ref,
-                       philox4x32_10_ref, ref_and_lowp_ext, visible_mask)
+from reference import (PHILOX_ROUNDS, attn_probs_ref, dropout_keep_ref, dropout_scale_ref,
+                       dropout_threshold_ref, philox4x32_ref, ref_and_lowp_ext, visible_mask)
 
 # Layouts: padded (seqlen_q, seqlen_k), or varlen (lens_q, lens_k) with zero-length sequences.
 SHAPES = {
@@ -236,16 +236,23 @@ def test_dropout_sm90_backward(device, c, seed, monkeypatch):
 
 
 def test_philox_known_answers():
-    """The reference Philox4x32-10 against Random123's kat_vectors (philox4x32_10)."""
+    """The reference Philox4x32 against Random123's kat_vectors: philox4x32 7 (the rounds the
+    mask takes, PHILOX_ROUNDS) and philox4x32 10 (the same round function at Random123's
+    default count)."""
     f = 0xFFFFFFFF
-    cases = [
-        ((0, 0, 0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-        ((f, f, f, f, f, f), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-        ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0),
-         (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
-    ]
-    for args, want in cases:
-        assert tuple(int(x) for x in philox4x32_10_ref(*args)) == want
+    pi = (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0)
+    cases = {
+        7: [((0, 0, 0, 0, 0, 0), (0x5F6FB709, 0x0D893F64, 0x4F121F81, 0x4F730A48)),
+            ((f, f, f, f, f, f), (0x5207DDC2, 0x45165E59, 0x4D8EE751, 0x8C52F662)),
+            (pi, (0x4DFCCABA, 0x190A87F0, 0xC47362BA, 0xB6B5242A))],
+        10: [((0, 0, 0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+             ((f, f, f, f, f, f), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+             (pi, (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))],
+    }
+    assert PHILOX_ROUNDS == 7
+    for rounds, vectors in cases.items():
+        for args, want in vectors:
+            assert tuple(int(x) for x in philox4x32_ref(*args, rounds=rounds)) == want
 
 
 def _keep_per_cell(rng_state, batch, nheads, sq, sk, dropout_p, row0, col0):
@@ -257,8 +264,8 @@ def _keep_per_cell(rng_state, batch, nheads, sq, sk, dropout_p, row0, col0):
     r, c = i & 15, j & 15
     unit = 4 * ((r >> 1) & 3) + ((c >> 1) & 3)
     m32 = 0xFFFFFFFF
-    words = philox4x32_10_ref(j >> 4, (i >> 4) * 16 + unit, ((offset & m32) + h) & m32,
-                              ((offset >> 32) + b) & m32, seed & m32, seed >> 32)
+    words = philox4x32_ref(j >> 4, (i >> 4) * 16 + unit, ((offset & m32) + h) & m32,
+                           ((offset >> 32) + b) & m32, seed & m32, seed >> 32)
     word = np.choose(((r & 1) << 1) | (r >> 3), words)
     byte = (word >> (np.uint64(8) * (((c >> 3) << 1) | (c & 1)).astype(np.uint64))) & np.uint64(255)
     return torch.from_numpy(byte >= dropout_threshold_ref(dropout_p))
