@@ -141,9 +141,12 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
         return
+    # Also a head-dim bucket a narrowed build (FLASHATTN_HEADDIMS) left out, met on a path the
+    # case's own check did not foresee (e.g. a dropout backward that falls back to sm80).
     if (report.failed and call.excinfo is not None and call.excinfo.type is RuntimeError
             and _is_cuda_case(item)
-            and any(m in str(call.excinfo.value) for m in NOT_BUILT_MARKS)):
+            and any(m in str(call.excinfo.value)
+                    for m in (*NOT_BUILT_MARKS, "left out of this build"))):
         reason = str(call.excinfo.value).strip().splitlines()[0]
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
