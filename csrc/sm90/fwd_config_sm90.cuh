@@ -123,13 +123,38 @@ using FwdConfigFp8 =
               fwd_tile_fp8_of(kD, kDv, kLong).block_n, fwd_tile_fp8_of(kD, kDv, kLong).stages,
               fwd_tile_fp8_of(kD, kDv, kLong).schedule, FLASHATTN_SM90_FP8_EXPFMA, 0,
               fwd_v_late(kD, kDv), 1, kVChip>;
-// FLASHATTN_SM90_SKIP_RESCALE (a build's A/B, default 0; written 2026-12-06, compiled, not yet
-// run): a warp skips O's rescale after a key block that moved none of its rows' maxima (a
+// FLASHATTN_SM90_SKIP_RESCALE (a build's A/B, default 0; written 2026-12-06; ran 0.93-0.97x at
+// d 128 FP8 on an H100, where ptxas had also moved P V's wait, see below): a warp skips O's rescale after a key block that moved none of its rows' maxima (a
 // vote; alpha is then exactly 1), kDv / 2 multiplies a thread a block (at d 256 with FP8's 64
 // keys, as many as its exponentials) that otherwise sit between P V's wait and the next turn.
 // 1: in the FP8 kernels; 2: in the 16-bit ones too (not with dropout).
 #ifndef FLASHATTN_SM90_SKIP_RESCALE
 #define FLASHATTN_SM90_SKIP_RESCALE 0
+#endif
+// The consumer loop's schedule, build-time A/Bs (written 2026-12-06, fourth session, from a
+// reading of the SASS, benchmarks/notes/fp8_d128_sass_20261206.md; default 0 leaves the SASS as
+// it was; not yet run on a GPU). ptxas moves step()'s wait<0> (P V_it) above the next block's
+// softmax and gives the two P buffers one set of registers, so the binary has no
+// intra-warpgroup overlap (d 128 FP8 and bf16 alike).
+// FLASHATTN_SM90_FWD_WAIT_EARLY=1: that wait written where ptxas puts it (before the softmax),
+// so that schedule and SKIP_RESCALE can be timed apart.
+// FLASHATTN_SM90_FWD_ONE_P=1: one P buffer packed after the wait (kOneP's order) in every
+// forward kernel.
+// FLASHATTN_SM90_FWD_SPLIT=2: a branch on the block's row sums (never taken) just before the
+// wait, a basic-block boundary ptxas does not hoist the wait over: the overlap the source means.
+#ifndef FLASHATTN_SM90_FWD_WAIT_EARLY
+#define FLASHATTN_SM90_FWD_WAIT_EARLY 0
+#endif
+#ifndef FLASHATTN_SM90_FWD_ONE_P
+#define FLASHATTN_SM90_FWD_ONE_P 0
+#endif
+#ifndef FLASHATTN_SM90_FWD_SPLIT
+#define FLASHATTN_SM90_FWD_SPLIT 0
+#endif
+// FLASHATTN_SM90_FWD_SEED_CHAINS=1: the softmax's four row-max / row-sum chains start from their
+// first values instead of -inf / 0 (the same results; 14 instructions fewer a block and thread).
+#ifndef FLASHATTN_SM90_FWD_SEED_CHAINS
+#define FLASHATTN_SM90_FWD_SEED_CHAINS 0
 #endif
 // FP8: P is scaled by 2^kFp8PLog2 before its rounding to e4m3 (tests/reference.py's emulation:
 // its normal range then reaches 2^-14 of the row's largest), which the row sum carries too.

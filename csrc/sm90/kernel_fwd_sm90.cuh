@@ -420,10 +420,17 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
         // one serial chain measured the same (interleaved and cold: NOTES.md 2026-12-02).
         constexpr int kC = kSN < 4 ? kSN : 4;
         float mxc[kC], sc[kC];
+        // FLASHATTN_SM90_FWD_SEED_CHAINS (fwd_config_sm90.cuh): chains 1.. start from their
+        // first n8 block's values, not from -inf / 0 (the same results; 7 instructions a row).
+        constexpr bool kSeed = FLASHATTN_SM90_FWD_SEED_CHAINS != 0;
 #pragma unroll
-        for (int q = 0; q < kC; ++q) mxc[q] = q == 0 ? row_max[r] : -INFINITY, sc[q] = 0.f;
+        for (int q = 0; q < kC; ++q) {
+          const float first = fmaxf(s[q * 4 + 2 * r], s[q * 4 + 2 * r + 1]);
+          mxc[q] = q == 0 ? fmaxf(row_max[r], first) : kSeed ? first : fmaxf(-INFINITY, first);
+          sc[q] = 0.f;
+        }
 #pragma unroll
-        for (int j = 0; j < kSN; ++j)
+        for (int j = kC; j < kSN; ++j)
           mxc[j % kC] = fmaxf(mxc[j % kC], fmaxf(s[j * 4 + 2 * r], s[j * 4 + 2 * r + 1]));
 #pragma unroll
         for (int w = 1; w < kC; w *= 2)
@@ -447,7 +454,8 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
             const float pv = Cfg::kExpFma > 0 && j % kFmaMod == kFmaMod - 1 ? exp2_fma(x)
                                                                              : exp2_ftz(x);
             s[j * 4 + 2 * r + e] = pv;
-            sc[j % kC] += pv;
+            if (kSeed && j < kC && e == 0) sc[j % kC] = pv;  // the chain's first term
+            else sc[j % kC] += pv;
           }
 #pragma unroll
         for (int w = 1; w < kC; w *= 2)
@@ -638,6 +646,9 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
       // Two P buffers in turn (no copy the register allocator could fold into one), and
       // each step's MMAs in straight-line code: otherwise ptxas serialises the MMAs (C7513 /
       // C7514) because it cannot see that wait<1> retires S while P V still reads P.
+      // One P buffer, packed after P V's wait (the 3-consumer FP8 tile; any under
+      // FLASHATTN_SM90_FWD_ONE_P).
+      constexpr bool kOneP = Cfg::kOneP || FLASHATTN_SM90_FWD_ONE_P != 0;
       auto step = [&](int it, const uint32_t (&cur)[kPK][4], uint32_t (&nxt)[kPK][4]) {
         wait_k(it + 1);
         if constexpr (!Cfg::kVLate) wait_v(it);
@@ -650,12 +661,19 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
         wgmma_fence_operands(s);
         s_done(it + 1);
         int n0_next = 0;
-        if constexpr (Cfg::kOneP) n0_next = scores(it + 1);
+        if constexpr (FLASHATTN_SM90_FWD_WAIT_EARLY != 0) {  // fwd_config_sm90.cuh
+          wgmma_wait<0>();
+          wgmma_fence_operands(o);
+        }
+        if constexpr (kOneP) n0_next = scores(it + 1);
         else softmax(it + 1, nxt);
+        if constexpr (FLASHATTN_SM90_FWD_SPLIT == 2) {  // never taken: row sums are >= 0
+          if (row_sum[0] + row_sum[1] < -1.f) __trap();
+        }
         wgmma_wait<0>();
         wgmma_fence_operands(o);
         release_v(it);
-        if constexpr (Cfg::kOneP) pack_p(n0_next, nxt);  // nxt is cur: P V_it has read it
+        if constexpr (kOneP) pack_p(n0_next, nxt);  // nxt is cur: P V_it has read it
         rescale_o();
       };
       auto last = [&](int it, const uint32_t (&cur)[kPK][4]) {
@@ -667,7 +685,7 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
         wgmma_fence_operands(o);
         release_v(it);
       };
-      uint32_t (&pb_)[kPK][4] = Cfg::kOneP ? pa : pb;  // kOneP: one buffer, packed late
+      uint32_t (&pb_)[kPK][4] = kOneP ? pa : pb;  // kOneP: one buffer, packed late
       for (int it = 0;; it += 2) {
         if (it + 1 >= n_iters) { last(it, pa); break; }
         step(it, pa, pb_);
