@@ -480,11 +480,30 @@ __global__ void __launch_bounds__(T::kThreads)
   }
 }
 
+// Columns col .. col + 3 (those under dv) of an output row, in Element.
+template <typename Element>
+__device__ __forceinline__ void decode_store_out4(Element* out, int col, int dv, bool vec_ok,
+                                                  const float (&o)[4]) {
+  if (vec_ok && col + 4 <= dv) {
+    *reinterpret_cast<uint2*>(out + col) =
+        make_uint2(pack2<Element>(o[0], o[1]), pack2<Element>(o[2], o[3]));
+  } else {
+    for (int e = 0; e < 4 && col + e < dv; ++e)
+      reinterpret_cast<uint16_t*>(out + col)[e] =
+          static_cast<uint16_t>(pack2<Element>(o[e], 0.f) & 0xffffu);
+  }
+}
+
 // Merges the num_splits partial outputs of every row (one warp per row): weights exp(lse_s -
 // max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the
 // sum when there is one). Rows of no sequence (varlen
 // padding) read the zeroed workspace and write zeros there.
-template <typename Element>
+// kPar (FLASHATTN_DECODE_COMBINE=par, launch_decode_sm80.cuh; written 2026-12-06 from a reading
+// of the SASS, not yet run on a GPU): the weights computed once, lane s holding split s's, and
+// the partial outputs of 8 splits loaded back to back without a branch between a split's LSE
+// and its O (weight 0 for an empty split, whose partial row the split kernel wrote as zeros),
+// where the default loop waits on two dependent loads a split (~16 us at 33 splits).
+template <typename Element, bool kPar = false>
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a, int num_splits) {
   const int lane = threadIdx.x & 31;
@@ -522,6 +541,40 @@ __global__ void __launch_bounds__(128)
   Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
                  h * p.o_head_stride;
   const int dv = p.headdim_v;
+  if constexpr (kPar) {
+    for (int col = lane * 4; col < dv; col += 128) {
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int s0 = 0; s0 < num_splits; s0 += 32) {
+        const int sl = s0 + lane;
+        const float x = sl < num_splits ? lse_part[int64_t(sl) * a.rows_total + row] : -INFINITY;
+        const float wl = x == -INFINITY ? 0.f : expf(x - m) * inv;
+        const int n = num_splits - s0 < 32 ? num_splits - s0 : 32;
+        for (int t0 = 0; t0 < n; t0 += 8) {  // 8 splits' weights, then their 8 loads at once
+          float w[8];
+          float4 v[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const float wu = __shfl_sync(0xffffffffu, wl, (t0 + u) & 31);
+            w[u] = t0 + u < n ? wu : 0.f;
+          }
+          const float* part = p.workspace_f32 + row * a.dv_pitch + col;  // split 0's
+          const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const int si = s0 + t0 + u < num_splits ? s0 + t0 + u : num_splits - 1;  // in bounds
+            v[u] = __ldg(reinterpret_cast<const float4*>(part + si * stride));
+          }
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {  // selects, not branches (w = 0 adds nothing)
+            o[0] += w[u] != 0.f ? w[u] * v[u].x : 0.f, o[1] += w[u] != 0.f ? w[u] * v[u].y : 0.f;
+            o[2] += w[u] != 0.f ? w[u] * v[u].z : 0.f, o[3] += w[u] != 0.f ? w[u] * v[u].w : 0.f;
+          }
+        }
+      }
+      decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
+    }
+    return;
+  }
   for (int col = lane * 4; col < dv; col += 128) {
     float o[4] = {0.f, 0.f, 0.f, 0.f};
     for (int s = 0; s < num_splits; ++s) {
@@ -532,14 +585,7 @@ __global__ void __launch_bounds__(128)
           p.workspace_f32 + (s * a.rows_total + row) * a.dv_pitch + col);
       o[0] += w * v.x, o[1] += w * v.y, o[2] += w * v.z, o[3] += w * v.w;
     }
-    if (a.vec_ok && col + 4 <= dv) {
-      *reinterpret_cast<uint2*>(out + col) =
-          make_uint2(pack2<Element>(o[0], o[1]), pack2<Element>(o[2], o[3]));
-    } else {
-      for (int e = 0; e < 4 && col + e < dv; ++e)
-        reinterpret_cast<uint16_t*>(out + col)[e] =
-            static_cast<uint16_t>(pack2<Element>(o[e], 0.f) & 0xffffu);
-    }
+    decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
   }
 }
 
