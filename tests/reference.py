@@ -13,8 +13,9 @@ semantics of csrc/common/params.h:
     block_mask (issue 16): bool (B or 1, H or 1, ceil(sq / bm), ceil(sk / bn)), expanded to
         elements (block_mask_elements) and and-ed into visible: a dropped tile is not visible
     dropout: out = (P * keep * dropout_scale) @ v, P and lse undropped; keep from
-        dropout_keep_ref, a Philox4x32 (7 rounds, as philox.h) written here from the paper (numpy), checked
-        against Random123's known-answer vectors and the per-cell layout (tests/test_dropout.py)
+        dropout_keep_ref, a Philox4x32 (7 rounds, as philox.h) written here from the paper
+        (numpy), checked against Random123's known-answer vectors and the per-cell layout
+        (tests/test_dropout.py)
 
 `attention_ref` computes in `compute_dtype`: float64 for the reference, the inputs' own
 dtype for "PyTorch's low-precision computation of the same thing" (the tolerance baseline).
@@ -480,9 +481,9 @@ def dropout_keep_ref(rng_state, batch, nheads, sq, sk, dropout_p, row0=0, col0=0
     u = np.arange(16, dtype=np.uint64).reshape(1, 1, 1, 1, 16)
     shape = (batch, nheads, nI, nJ, 16)
     words = philox4x32_ref(np.broadcast_to(J, shape), np.broadcast_to(I * 16 + u, shape),
-                              np.broadcast_to((((offset & _M32) + h) & _M32), shape),
-                              np.broadcast_to((((offset >> 32) + b) & _M32), shape),
-                              seed & _M32, seed >> 32)
+                           np.broadcast_to((((offset & _M32) + h) & _M32), shape),
+                           np.broadcast_to((((offset >> 32) + b) & _M32), shape),
+                           seed & _M32, seed >> 32)
     # kept[..., w, u, y]: byte y of word w of unit u kept.
     shifts = np.uint64(8) * np.arange(4, dtype=np.uint64)
     thr = np.uint64(dropout_threshold_ref(dropout_p))

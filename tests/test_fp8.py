@@ -157,11 +157,11 @@ def _long_params():
 @pytest.mark.parametrize("c", _long_params())
 def test_fp8_forward_long_tile(c, monkeypatch):
     """The sm90 FP8 forward's long-key tile (tile_fwd_sm90.h's fwd_tile_fp8_long, d128 128 x
-    192, from 8k keys up under FLASHATTN_SM90_FP8_LONG=1) at every length (=2): partial and single
-    key blocks, causal, varlen with empty sequences (its V^T regions hold 192-key blocks), GQA,
+    192, from 8k keys up by default) at every length (FLASHATTN_SM90_FP8_LONG=1): partial and
+    single key blocks, causal, varlen with empty sequences (its V^T regions hold 192-key blocks), GQA,
     the descales; the calls it takes (d 72-128, no softcap, no window but causal)."""
     skip_unless_sm90()
-    monkeypatch.setenv("FLASHATTN_SM90_FP8_LONG", "2")
+    monkeypatch.setenv("FLASHATTN_SM90_FP8_LONG", "1")
     run_case("cuda", c)
 
 
@@ -186,10 +186,10 @@ def test_fp8_forward_long_tile_default(causal, monkeypatch):
 @pytest.mark.parametrize("vchip,long_tile,lens_q,lens_k", [
     ("0", "0", [150, 0], [200, 300]),
     ("1", "0", [150, 0], [200, 300]),
-    ("0", "2", [150, 0], [200, 300]),
+    ("0", "1", [150, 0], [200, 300]),
     # The long tile's tightest region edge: a sequence from key row 1 (mod 128) whose length
     # is 255 (mod 384): its last 192-key block ends where the next sequence's region starts.
-    ("0", "2", [0, 100, 0], [1, 255, 300]),
+    ("0", "1", [0, 100, 0], [1, 255, 300]),
 ], ids=["cuda-staged", "cuda-vchip", "cuda-long", "cuda-long-edge"])
 def test_varlen_nan_neighbour(vchip, long_tile, lens_q, lens_k, monkeypatch):
     """Varlen, both V^T paths and the long-key tile: a sequence whose last key block is partial

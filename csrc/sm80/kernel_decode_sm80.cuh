@@ -542,7 +542,9 @@ __global__ void __launch_bounds__(128)
                  h * p.o_head_stride;
   const int dv = p.headdim_v;
   if constexpr (kPar) {
+    const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
     for (int col = lane * 4; col < dv; col += 128) {
+      const float* part = p.workspace_f32 + row * a.dv_pitch + col;  // split 0's
       float o[4] = {0.f, 0.f, 0.f, 0.f};
       for (int s0 = 0; s0 < num_splits; s0 += 32) {
         const int sl = s0 + lane;
@@ -557,8 +559,6 @@ __global__ void __launch_bounds__(128)
             const float wu = __shfl_sync(0xffffffffu, wl, (t0 + u) & 31);
             w[u] = t0 + u < n ? wu : 0.f;
           }
-          const float* part = p.workspace_f32 + row * a.dv_pitch + col;  // split 0's
-          const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
 #pragma unroll
           for (int u = 0; u < 8; ++u) {
             const int si = s0 + t0 + u < num_splits ? s0 + t0 + u : num_splits - 1;  // in bounds
@@ -573,19 +573,19 @@ __global__ void __launch_bounds__(128)
       }
       decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
     }
-    return;
-  }
-  for (int col = lane * 4; col < dv; col += 128) {
-    float o[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int s = 0; s < num_splits; ++s) {
-      const float x = lse_part[s * a.rows_total + row];
-      if (x == -INFINITY) continue;
-      const float w = expf(x - m) * inv;
-      const float4 v = *reinterpret_cast<const float4*>(
-          p.workspace_f32 + (s * a.rows_total + row) * a.dv_pitch + col);
-      o[0] += w * v.x, o[1] += w * v.y, o[2] += w * v.z, o[3] += w * v.w;
+  } else {
+    for (int col = lane * 4; col < dv; col += 128) {
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int s = 0; s < num_splits; ++s) {
+        const float x = lse_part[s * a.rows_total + row];
+        if (x == -INFINITY) continue;
+        const float w = expf(x - m) * inv;
+        const float4 v = *reinterpret_cast<const float4*>(
+            p.workspace_f32 + (s * a.rows_total + row) * a.dv_pitch + col);
+        o[0] += w * v.x, o[1] += w * v.y, o[2] += w * v.z, o[3] += w * v.w;
+      }
+      decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
     }
-    decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
   }
 }
 

@@ -76,8 +76,8 @@ inline constexpr int kBwdOrderThreads = 1024;
 // (A template: headers define it in several translation units.)
 template <int kThreads = kBwdOrderThreads>
 __global__ void __launch_bounds__(kThreads)
-    bwd_sparse_order_kernel(const __grid_constant__ BwdParams p, int kbn, int sect, int nb, int heads, int pairs,
-                            int* __restrict__ order) {
+    bwd_sparse_order_kernel(const __grid_constant__ BwdParams p, int kbn, int sect, int nb,
+                            int heads, int pairs, int* __restrict__ order) {
   constexpr int kWarps = kThreads / 32;
   static_assert(kWarps == 32, "one warp scans the warps' sums");
   __shared__ int s_max, s_scan[kWarps];

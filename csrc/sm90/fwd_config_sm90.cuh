@@ -124,9 +124,10 @@ using FwdConfigFp8 =
               fwd_tile_fp8_of(kD, kDv, kLong).schedule, FLASHATTN_SM90_FP8_EXPFMA, 0,
               fwd_v_late(kD, kDv), 1, kVChip>;
 // FLASHATTN_SM90_SKIP_RESCALE (a build's A/B, default 0; written 2026-12-06; ran 0.93-0.97x at
-// d 128 FP8 on an H100, where ptxas had also moved P V's wait, see below): a warp skips O's rescale after a key block that moved none of its rows' maxima (a
-// vote; alpha is then exactly 1), kDv / 2 multiplies a thread a block (at d 256 with FP8's 64
-// keys, as many as its exponentials) that otherwise sit between P V's wait and the next turn.
+// d 128 FP8 on an H100, where ptxas had also moved P V's wait, see below): a warp skips O's
+// rescale after a key block that moved none of its rows' maxima (a vote; alpha is then exactly
+// 1), kDv / 2 multiplies a thread a block (at d 256 with FP8's 64 keys, as many as its
+// exponentials) that otherwise sit between P V's wait and the next turn.
 // 1: in the FP8 kernels; 2: in the 16-bit ones too (not with dropout).
 #ifndef FLASHATTN_SM90_SKIP_RESCALE
 #define FLASHATTN_SM90_SKIP_RESCALE 0

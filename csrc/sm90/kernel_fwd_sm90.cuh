@@ -491,9 +491,9 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
       // Dropout: the sums above are the undropped softmax's (params.h); Z zeroes what P V
       // sees (1 / (1 - p) at the end), on the packed P: a[kk][x] holds columns 2t, 2t + 1 of
       // n8 block 2 kk + (x >> 1), row half x & 1, whose keep bytes are 2 (x >> 1) and + 1 of
-      // that half's word: one byte permute widens them to 16-bit masks (2 ops per 2
-      // elements), or with FLASHATTN_SM90_DROPOUT_HSET2=1 dropout_kept16 makes the 16-bit
-      // masks directly (a build's A/B, dropout_lanes.cuh). Lanes pair 16-column blocks
+      // that half's word: dropout_kept16 makes their 16-bit masks directly (the default;
+      // FLASHATTN_SM90_DROPOUT_HSET2=0 builds the byte-permute widening instead,
+      // dropout_lanes.cuh). Lanes pair 16-column blocks
       // (dropout_lanes.cuh); an odd count's last block is drawn by both lanes of a pair.
       if constexpr (Has_dropout) if (drop_on) {
         constexpr int kNB = kBN / 16;

@@ -249,8 +249,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   // self-test's) keeps the section order.
   const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
   const int64_t order_at = sm80::bwd_workspace_layout(p, Cfg::kD).i32_elems;
-  if (p.q_num_blocks != nullptr && order == BwdOrder::kAuto && sm90_sparse_order_enabled() &&
-      bwd_order_entries(p) == ctas &&
+  if (order == BwdOrder::kAuto && sm90_sparse_order_enabled() && bwd_order_entries(p) == ctas &&
       p.workspace_i32 != nullptr && p.workspace_i32_elems >= order_at + ctas) {
     int* buf = p.workspace_i32 + order_at;
     bwd_sparse_order_kernel<><<<1, kBwdOrderThreads, 0, stream>>>(

@@ -108,11 +108,11 @@ inline bool sm90_fp8_vchip_enabled() { return env_is("FLASHATTN_SM90_FP8_VCHIP",
 
 // The FP8 long-key tile (tile_fwd_sm90.h's fwd_tile_fp8_long) for a call over `keys` keys: on
 // from kFp8LongKeys up (timed +4-5% at d 128 non-causal 8k / 16k on an H100, 2026-12-06; its
-// reference tests, test_fp8_forward_long_tile, run at every length under =2);
-// FLASHATTN_SM90_FP8_LONG=0 turns it off, =2 takes it at every length. Read per call.
+// reference tests, test_fp8_forward_long_tile, run at every length under =1);
+// FLASHATTN_SM90_FP8_LONG=0 turns it off, =1 takes it at every length. Read per call.
 inline bool sm90_fp8_long_keys(int64_t keys) {
-  if (env_is("FLASHATTN_SM90_FP8_LONG", '2')) return true;
-  return !env_is("FLASHATTN_SM90_FP8_LONG", '0') && keys >= kFp8LongKeys;
+  if (env_is("FLASHATTN_SM90_FP8_LONG", '0')) return false;
+  return env_is("FLASHATTN_SM90_FP8_LONG", '1') || keys >= kFp8LongKeys;
 }
 
 // The short local tile (tile_fwd_sm90.h's fwd_tile_short_local): on since its tests passed on
