@@ -286,7 +286,7 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
     if (ti.m0 >= ti.si.seqlen_q) continue;  // varlen: past this sequence
     int n_iters = ti.n_iters;
     uint32_t list_addr = 0;  // block-sparse: this tile's list (warp 1 of the producers')
-    if constexpr (sparse) n_iters = take_list(list_uses, list_addr);
+    if constexpr (sparse) n_iters = __shfl_sync(0xffffffffu, take_list(list_uses, list_addr), 0);
     if constexpr (Has_dropout)
       rng.b = ti.b, rng.h = ti.h, rng.qo = q_pos_of(p, ti.b), rng.ko = k_pos_of(p, ti.b);
     if constexpr (kFp8) {
@@ -392,8 +392,8 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
     };
     // Masks S of iteration it, updates the row max and sums (alpha: the factor O still
     // needs), leaves P = exp2(S * scale - max) in s; its first key n0.
-    auto scores = [&](int it) {
-      const int n0 = key_block(ti, list_addr, it) * kBN;
+    auto scores = [&](int it, int n0_pre = -1) {
+      const int n0 = n0_pre >= 0 ? n0_pre : key_block(ti, list_addr, it) * kBN;
       if (Has_score_mod || (Has_dropout && score_mod_on) || (kFp8 && fp8_scaled)) {
         const float slope = alibi_slope(p, ti.b, ti.h);
         const int diag = row0 + ti.mi.shift() - n0 - (lane % 4) * 2;
@@ -650,6 +650,7 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
       // FLASHATTN_SM90_FWD_ONE_P).
       constexpr bool kOneP = Cfg::kOneP || FLASHATTN_SM90_FWD_ONE_P != 0;
       auto step = [&](int it, const uint32_t (&cur)[kPK][4], uint32_t (&nxt)[kPK][4]) {
+        const int n0_pre = key_block(ti, list_addr, it + 1) * kBN;  // before the waits
         wait_k(it + 1);
         if constexpr (!Cfg::kVLate) wait_v(it);
         turn_begin();
@@ -665,8 +666,8 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
           wgmma_wait<0>();
           wgmma_fence_operands(o);
         }
-        if constexpr (kOneP) n0_next = scores(it + 1);
-        else softmax(it + 1, nxt);
+        if constexpr (kOneP) n0_next = scores(it + 1, n0_pre);
+        else pack_p(scores(it + 1, n0_pre), nxt);
         if constexpr (FLASHATTN_SM90_FWD_SPLIT == 2) {  // never taken: row sums are >= 0
           if (row_sum[0] + row_sum[1] < -1.f) __trap();
         }
