@@ -98,6 +98,7 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   if (p.block_table != nullptr && p.page_size > 0 && (p.page_size & (p.page_size - 1)) == 0)
     for (a.page_shift = 0; (1 << a.page_shift) < p.page_size;) ++a.page_shift;
   a.vec_ok = fwd_vectorizable(p);
+  a.fast = a.vec_ok && p.headdim == kHeadDim && p.headdim_v == kHeadDim;
   a.score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
   if (pl.small_smem) {
     launch_decode<DecodeSmallSmem<kHeadDim, Element>>(p, pl, a, stream);
