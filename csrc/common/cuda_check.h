@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 namespace flashattn {
 
@@ -29,6 +31,30 @@ inline void check_grid_heads_batch(int64_t nheads, int64_t batch, const char* wh
 // kernels' heavy-first launch order: its linear block index is 32-bit.
 inline bool heavy_first_ok(int window_left, int window_right, int64_t blocks) {
   return window_right >= 0 && window_left < 0 && blocks <= int64_t(0x7fffffff);
+}
+
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), made only
+// when this (kernel, device) has not been given `bytes` or more before: a driver call per
+// launch counts at decoding's ~30 us a call. The attribute lasts as long as the device's
+// context (cudaDeviceReset would clear it; torch never resets a device).
+inline cudaError_t set_max_dynamic_smem(const void* kernel, int bytes) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> done[64];  // per device: kernel -> bytes set
+  std::unique_lock<std::mutex> lock(mu);
+  if (dev >= 0 && dev < 64) {
+    auto it = done[dev].find(kernel);
+    if (it != done[dev].end() && it->second >= bytes) return cudaSuccess;
+  }
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess && dev >= 0 && dev < 64) done[dev][kernel] = bytes;
+  return err;
+}
+template <typename... Args>
+inline cudaError_t set_max_dynamic_smem(void (*kernel)(Args...), int bytes) {
+  return set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
 }
 
 }  // namespace flashattn

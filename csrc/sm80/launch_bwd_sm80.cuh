@@ -123,7 +123,7 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
       auto launch = [&](auto kernel) {
         if (kSmem > 48 * 1024)
           FLASHATTN_CUDA_CHECK(
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+              set_max_dynamic_smem(kernel, kSmem));
         kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args, 0);
         FLASHATTN_LAUNCH_CHECK();
       };
@@ -149,8 +149,7 @@ void run_bwd_tile(const BwdParams& params, cudaStream_t stream, const BwdWorkspa
                                    std::to_string(smem) + " bytes of shared memory, above the "
                                    "GPU's " + std::to_string(smem_optin));
         auto sparse = [&](auto kernel) {
-          FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+          FLASHATTN_CUDA_CHECK(set_max_dynamic_smem(kernel, static_cast<int>(smem)));
           kernel<<<grid, Tile::kThreads, static_cast<size_t>(smem), stream>>>(
               args, static_cast<int>(cap));
           FLASHATTN_LAUNCH_CHECK();

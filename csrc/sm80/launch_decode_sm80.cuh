@@ -75,7 +75,7 @@ void launch_decode(const FwdParams& p, const DecodePlan& pl, const DecodeArgs& a
                              std::to_string(smem_optin_bytes()));
   if constexpr (kSmem > 48 * 1024) {
     FLASHATTN_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+        set_max_dynamic_smem(kernel, kSmem));
   }
   const dim3 grid(static_cast<unsigned>(int64_t(p.batch) * p.nheads_k * pl.m_tiles),
                   static_cast<unsigned>(pl.num_splits));

@@ -33,7 +33,7 @@ void launch_fwd(const FwdParams& p, bool vec_ok, dim3 grid, cudaStream_t stream,
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
     FLASHATTN_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+        set_max_dynamic_smem(kernel, kSmem));
   }
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(p, vec_ok, heavy_first, 0);
   FLASHATTN_LAUNCH_CHECK();
@@ -60,8 +60,7 @@ void launch_fwd_sparse(const FwdParams& p, bool vec_ok, bool even_k, dim3 grid,
                              " bytes of shared memory, above the GPU's " +
                              std::to_string(smem_optin_bytes()));
   auto run = [&](auto kernel) {
-    FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    FLASHATTN_CUDA_CHECK(set_max_dynamic_smem(kernel, static_cast<int>(smem)));
     kernel<<<grid, Traits::kNThreads, static_cast<size_t>(smem), stream>>>(
         p, vec_ok, heavy_first, static_cast<int>(cap));
     FLASHATTN_LAUNCH_CHECK();

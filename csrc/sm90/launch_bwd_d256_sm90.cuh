@@ -63,7 +63,7 @@ void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #endif
   auto launch = [&](decltype(kernel) k) {
     FLASHATTN_CUDA_CHECK(
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+        set_max_dynamic_smem(k, Cfg::kSmem));
     k<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(
         args, maps, bwd_section_pairs(p, Cfg::kD, order));
     FLASHATTN_LAUNCH_CHECK();

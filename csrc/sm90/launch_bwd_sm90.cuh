@@ -259,8 +259,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     FLASHATTN_LAUNCH_CHECK();
   }
   auto launch = [&](decltype(kernel) k) {
-    FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    FLASHATTN_CUDA_CHECK(set_max_dynamic_smem(k, static_cast<int>(smem)));
     k<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(a, maps, sect,
                                                                  static_cast<int>(list_cap));
     FLASHATTN_LAUNCH_CHECK();

@@ -333,8 +333,7 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g,
                                        strides_ok(p.o_row_stride, p.o_head_stride,
                                                   p.o_batch_stride, 2));
   auto launch = [&](auto kernel) {
-    FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    FLASHATTN_CUDA_CHECK(set_max_dynamic_smem(kernel, static_cast<int>(smem)));
     kernel<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
         p, maps, group, deal, static_cast<int>(list_cap), tma_o ? 1 : 0, o_halves ? 1 : 0);
     FLASHATTN_LAUNCH_CHECK();
