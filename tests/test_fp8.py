@@ -257,6 +257,27 @@ def test_descale_forms(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("qd_value", [-0.75, 0.0])
+@pytest.mark.parametrize("causal", [False, True])
+def test_nonpositive_descale(device, qd_value, causal):
+    """A q descale <= 0 (scores of the other sign, or all zero: uniform attention) takes the
+    kernels' scale-before-max path; against the reference and the emulation as any call."""
+    fp8_skip(device)
+    B, H, Hk, d, sq, sk = 2, 4, 2, 128, 130, 300
+    q, k, v = quantize([B, sq, H, d], device), quantize([B, sk, Hk, d], device), \
+        quantize([B, sk, Hk, d], device)
+    qd = torch.full((B, Hk), qd_value, device=device)
+    qd[1, 0] = 1.25  # one positive pair beside them
+    kd, vd = descale("bh", B, Hk, device), descale("h", B, Hk, device)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, q_descale=qd, k_descale=kd,
+                                            v_descale=vd, return_attn_probs=True)
+    ref, emul, f32 = ref_and_emul_fp8(q.cpu(), k.cpu(), v.cpu(), _full(qd, B, Hk),
+                                      _full(kd, B, Hk), _full(vd, B, Hk), None, torch.bfloat16,
+                                      causal=causal, window_size=(-1, -1), softcap=0.0)
+    check_fp8({"out": out, "lse": lse}, ref, emul, f32, torch.bfloat16, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["kvpacked", "qkvpacked", "varlen_kvpacked", "varlen_qkvpacked"])
 def test_packed_functions(device, name):
     """The packed functions pass the descales and out_dtype through."""

@@ -394,7 +394,14 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
     // needs), leaves P = exp2(S * scale - max) in s; its first key n0.
     auto scores = [&](int it, int n0_pre = -1) {
       const int n0 = n0_pre >= 0 ? n0_pre : key_block(ti, list_addr, it) * kBN;
-      if (Has_score_mod || (Has_dropout && score_mod_on) || (kFp8 && fp8_scaled)) {
+      if constexpr (kFp8 && !Has_score_mod && !Has_dropout) {
+        // The plain FP8 kernel's scale <= 0 case (a non-positive descale product): the scale
+        // on each score before the max, nothing else (no softcap or ALiBi here), so that the
+        // hot loop does not carry score_mod's cold code (a helper's SASS reading, 2026-12-06).
+        if (fp8_scaled)
+#pragma unroll
+          for (int i = 0; i < kSN * 4; ++i) s[i] *= mod_scale;
+      } else if (Has_score_mod || (Has_dropout && score_mod_on) || (kFp8 && fp8_scaled)) {
         const float slope = alibi_slope(p, ti.b, ti.h);
         const int diag = row0 + ti.mi.shift() - n0 - (lane % 4) * 2;
 #pragma unroll
