@@ -190,24 +190,24 @@ def test_kvcache(device, c):
     check_kvcache_call(args, dtype)
 
 
-# The CUDA combine's two loops (the default kernel_decode_sm80.cuh's kPar;
-# FLASHATTN_DECODE_COMBINE=serial the other).
-_COMBINES = [(d, "default") for d in DEVICES] + [("cuda", "serial")] * ("cuda" in DEVICES)
+# The CUDA combine's two loops (FLASHATTN_DECODE_COMBINE=par: kernel_decode_sm80.cuh's kPar).
+_COMBINES = [(d, "default") for d in DEVICES] + [("cuda", "par")] * ("cuda" in DEVICES)
 
 
 @pytest.mark.parametrize("device,combine", _COMBINES, ids=[f"{d}-{c}" for d, c in _COMBINES])
 @pytest.mark.parametrize("paged", [None, 64])
-def test_num_splits_same_result(device, combine, paged, monkeypatch):
+@pytest.mark.parametrize("hd", [128, 64, 96, 192])  # value dims 64 / 96 / 192: partial lanes
+def test_num_splits_same_result(device, combine, paged, hd, monkeypatch):
     """num_splits 1 and several give the same result within tolerance (bitwise on the CPU,
     which ignores it); the caches get the same rows. On CUDA with both combine loops (the
     parallel one's splits past a short sequence's keys are empty: weight 0)."""
-    if combine == "serial":
-        monkeypatch.setenv("FLASHATTN_DECODE_COMBINE", "serial")
-    c = dict(dtype="bf16", hd=(128, 128), sl=(4, 2048), heads="gqa", new_kv=True,
+    if combine == "par":
+        monkeypatch.setenv("FLASHATTN_DECODE_COMBINE", "par")
+    c = dict(dtype="bf16", hd=(hd, hd), sl=(4, 2048), heads="gqa", new_kv=True,
              new_eq_q=True, rotary=1.0, interleaved=False, paged=paged, causal=True,
              local=False, softcap=0.0, alibi=False, leftpad=False, batch_idx=False,
              num_splits=0)
-    skip_if_no_kernel(device, torch.bfloat16, 128, backward=False)
+    skip_if_no_kernel(device, torch.bfloat16, hd, backward=False)
     args = make_inputs(device, c)
     runs = {}
     for n in (0, 1, 2, 7, 64):

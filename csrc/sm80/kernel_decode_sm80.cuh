@@ -550,10 +550,10 @@ __device__ __forceinline__ void decode_store_out4(Element* out, int col, int dv,
 // max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the
 // sum when there is one). Rows of no sequence (varlen
 // padding) read the zeroed workspace and write zeros there.
-// kPar (the default since 2026-12-07; FLASHATTN_DECODE_COMBINE=serial, launch_decode_sm80.cuh,
-// keeps the loop below it; tests passed on an H100 and eager calls ran 1.00-1.03x the serial
-// loop, which the host's ~29 us a call hides: tools/device/decode_combine_ab.py): the weights
-// computed once, lane s holding split s's, and
+// kPar (FLASHATTN_DECODE_COMBINE=par, launch_decode_sm80.cuh; off: its d 128 tests passed on an
+// H100 and eager calls ran 1.00-1.03x the serial loop (tools/device/decode_combine_ab.py), but
+// the column loop's mend for value dims that are not multiples of 128, below, has not run on
+// a GPU): the weights computed once, lane s holding split s's, and
 // the partial outputs of 8 splits loaded back to back without a branch between a split's LSE
 // and its O (weight 0 for an empty split, whose partial row the split kernel wrote as zeros),
 // where the default loop waits on two dependent loads a split (~16 us at 33 splits).
@@ -597,8 +597,14 @@ __global__ void __launch_bounds__(128)
   const int dv = p.headdim_v;
   if constexpr (kPar) {
     const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
-    for (int col = lane * 4; col < dv; col += 128) {
-      const float* part = p.workspace_f32 + row * a.dv_pitch + col;  // split 0's
+    // Every lane runs every pass (the weights travel by __shfl_sync from the lane that holds
+    // the split): a lane past the head dim loads column 0 and stores nothing. (With the
+    // loop bounded per lane, lanes past dv left it and the others read their weights from
+    // exited lanes: wrong numbers wherever dv is not a multiple of 128, found in review.)
+    for (int c0 = 0; c0 < dv; c0 += 128) {
+      const int col = c0 + lane * 4;
+      const bool act = col < dv;
+      const float* part = p.workspace_f32 + row * a.dv_pitch + (act ? col : 0);  // split 0's
       float o[4] = {0.f, 0.f, 0.f, 0.f};
       for (int s0 = 0; s0 < num_splits; s0 += 32) {
         const int sl = s0 + lane;
@@ -625,7 +631,7 @@ __global__ void __launch_bounds__(128)
           }
         }
       }
-      decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
+      if (act) decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
     }
   } else {
     for (int col = lane * 4; col < dv; col += 128) {
