@@ -139,8 +139,12 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     int64_t pos = base + (warp > 0 ? s_scan[warp - 1] : 0) + incl - cnt;
+    // At most the cnt slots counted above: a mask rewritten between the two passes (another
+    // stream) could otherwise write past them, even past the workspace (a review's hardening;
+    // slots left unwritten then hold any value, which bwd_block_coord clamps).
+    const int64_t end = pos + cnt;
     for (int64_t lin = lo; lin < hi; ++lin)
-      if (bwd_weight_bin(weight(lin)) == bin) order[pos++] = static_cast<int>(lin);
+      if (bwd_weight_bin(weight(lin)) == bin && pos < end) order[pos++] = static_cast<int>(lin);
     base += s_scan[kWarps - 1];
     __syncthreads();  // s_scan is rewritten by the next class
   }
