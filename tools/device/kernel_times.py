@@ -5,7 +5,6 @@ decode), beside SDPA cuDNN's kernels for the same call, and the host-side time p
 python3 tools/device/kernel_times.py [--cells fwd:128:0:1024 bwd:128:0:1024 dec:1:4096 ...]."""
 import argparse
 import collections
-import time
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +13,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import flashattn
 from flashattn.bench_decode import DecodeCell, _ours_call
+
+import host_profile  # noqa: E402  (tools/device/, the script's own folder: its wall())
 
 
 def attn_calls(mode, d, causal, n):
@@ -40,14 +41,7 @@ def attn_calls(mode, d, causal, n):
 
 
 def report(name, call, reps):
-    for _ in range(5):
-        call()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        call()
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) / reps * 1e6
+    host, wall = host_profile.wall(call, reps)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             call()
@@ -57,7 +51,8 @@ def report(name, call, reps):
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             per[ev.name] += ev.device_time / reps
     total = sum(per.values())
-    print(f"  {name}: wall {wall:8.1f} us/call, kernels {total:8.1f} us/call")
+    print(f"  {name}: host issue {host:8.1f} us/call, wall {wall:8.1f} us/call, kernels "
+          f"{total:8.1f} us/call")
     for kname, us in sorted(per.items(), key=lambda kv: -kv[1])[:8]:
         print(f"    {us:8.1f} us  {kname[:110]}")
 
