@@ -1,5 +1,8 @@
 """Host time per call of our forward (requires_grad on / off) and decode, and where it goes:
-cProfile of back-to-back calls (GPU kernels overlap; the host is the limit when wall > kernels).
+cProfile of back-to-back calls (GPU kernels overlap; the host is the limit when wall > kernels),
+then torch.profiler's CPU table of the decode call (the ATen calls our C++ makes through the
+stable ABI, the CUDA runtime calls, each with its host time) beside SDPA cuDNN's host time for
+the same decode cell.
 Usage: python3 tools/device/host_profile.py"""
 import cProfile
 import pstats
@@ -8,7 +11,7 @@ import time
 import torch
 
 import flashattn
-from flashattn.bench_decode import DecodeCell, _ours_call
+from flashattn.bench_decode import DecodeCell, _ours_call, _sdpa_call
 
 
 def wall(call, reps=200):
@@ -48,6 +51,22 @@ def main():
         torch.cuda.synchronize()
         print(f"== cProfile {name} (200 calls)")
         pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    cell = DecodeCell(1, 4096)
+    sdpa = _sdpa_call(cell, torch.device("cuda"))
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+        host, total = wall(sdpa)
+    print(f"{'decode 1x4k, SDPA cuDNN':32s} host issue {host:8.1f} us/call, wall {total:8.1f} us/call")
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    for name, call in (("ours", calls["decode 1x4k"]), ("sdpa cudnn", sdpa)):
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+            wall(call, 20)
+            with torch.profiler.profile(activities=acts) as prof:
+                for _ in range(100):
+                    call()
+                torch.cuda.synchronize()
+        print(f"== torch.profiler decode 1x4k {name} (100 calls; CPU times are per 100)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=16,
+                                        max_name_column_width=60))
 
 
 if __name__ == "__main__":
