@@ -8,6 +8,7 @@ from typing import NamedTuple, Tuple
 import torch
 
 from .interface import _options, _result
+from .ops import call_forward
 
 __all__ = ["block_sparse_attn_func", "block_sparse_attn_varlen_func", "block_mask_from_flex",
            "block_sparse_mask", "BlockSparseMask"]
@@ -214,7 +215,7 @@ def block_sparse_attn_func(
                              k.shape[1], _needs_backward(q, k, v, learnable_sink))
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, learnable_sink)
-    out, softmax_lse = torch.ops.flashattn.fwd(q, k, v, **opts, **args)
+    out, softmax_lse = call_forward(torch.ops.flashattn.fwd, q, k, v, **opts, **args)
     return _sparse_result(_result(out, softmax_lse, return_attn_probs, (q, k, v), opts),
                           return_attn_probs, dense, args)
 
@@ -269,8 +270,9 @@ def block_sparse_attn_varlen_func(
                              sq, sk, _needs_backward(q, k, v, learnable_sink))
     opts = _options(q, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, learnable_sink)
-    out, softmax_lse = torch.ops.flashattn.varlen_fwd(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **opts, **args)
+    out, softmax_lse = call_forward(
+        torch.ops.flashattn.varlen_fwd, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, **opts, **args)
     result = _result(out, softmax_lse, return_attn_probs,
                      (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), opts)
     return _sparse_result(result, return_attn_probs, dense, args)

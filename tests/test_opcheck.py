@@ -132,3 +132,35 @@ def test_autograd_kernel_fills_defaults_cheaply(device, monkeypatch):
     with torch.no_grad():
         out, _ = ops.fwd(*args)
     assert not out.requires_grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_call_forward_skips_autograd_only_without_grad(device, monkeypatch):
+    """flashattn.ops.call_forward (the public functions' forward call) goes straight below
+    autograd only when no gradient can flow: the result is the Autograd kernel's (the same
+    numbers; requires_grad where an input requires it, alibi_slopes included)."""
+    from flashattn.ops import call_forward
+    args = _padded_args(device, PADDED[0], requires_grad=False)
+    q, k, v = args[:3]
+    taken = []
+    real = torch._C._AutoDispatchBelowAutograd
+
+    def spy():
+        taken.append(True)
+        return real()
+    monkeypatch.setattr("flashattn.ops._below_autograd", spy)
+    out, lse = call_forward(ops.fwd, *args)
+    assert taken and not out.requires_grad
+    ref, _ = ops.fwd(*args)
+    assert torch.equal(out, ref)
+    taken.clear()
+    qg = q.detach().clone().requires_grad_()
+    out, _ = call_forward(ops.fwd, qg, *args[1:])
+    assert not taken and out.requires_grad and torch.equal(out.detach(), ref)
+    assert torch.autograd.grad(out.float().sum(), qg)[0].isfinite().all()
+    slopes = torch.rand(q.shape[2], device=device, requires_grad=True)
+    out, _ = call_forward(ops.fwd, *args[:8], slopes)
+    assert not taken and out.requires_grad
+    with torch.no_grad():
+        out, _ = call_forward(ops.fwd, qg, *args[1:])
+    assert taken and not out.requires_grad

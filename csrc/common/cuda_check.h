@@ -65,11 +65,23 @@ inline cudaError_t set_max_dynamic_smem(void (*kernel)(Args...), int bytes) {
   ::flashattn::cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 namespace flashattn {
-// An attribute of the current device (shared memory opt-in, SM count, ...).
+// An attribute of the current device (shared memory opt-in, SM count, ...): asked of the
+// runtime once per (device, attribute), they never change (a decode call asked 7 a call, ~0.2
+// us each on an H100 under torch.profiler).
 inline int current_device_attribute(cudaDeviceAttr attr) {
   int dev = 0, value = 0;
   FLASHATTN_CUDA_CHECK(cudaGetDevice(&dev));
+  const int64_t key = (int64_t(dev) << 32) | static_cast<uint32_t>(attr);
+  static std::mutex mu;
+  static std::unordered_map<int64_t, int> known;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
   FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  std::lock_guard<std::mutex> lock(mu);
+  known[key] = value;
   return value;
 }
 

@@ -550,13 +550,44 @@ __device__ __forceinline__ void decode_store_out4(Element* out, int col, int dv,
 // max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the
 // sum when there is one). Rows of no sequence (varlen
 // padding) read the zeroed workspace and write zeros there.
-// kPar (FLASHATTN_DECODE_COMBINE=par, launch_decode_sm80.cuh; off: its d 128 tests passed on an
-// H100 and eager calls ran 1.00-1.03x the serial loop (tools/device/decode_combine_ab.py), but
-// the column loop's mend for value dims that are not multiples of 128, below, has not run on
-// a GPU): the weights computed once, lane s holding split s's, and
-// the partial outputs of 8 splits loaded back to back without a branch between a split's LSE
-// and its O (weight 0 for an empty split, whose partial row the split kernel wrote as zeros),
-// where the default loop waits on two dependent loads a split (~16 us at 33 splits).
+// kPar (the default since 2026-12-07; FLASHATTN_DECODE_COMBINE=serial runs the other loop,
+// launch_decode_sm80.cuh): the splits in batches of kCombineBatch, each batch's LSEs and
+// partial rows loaded at once (every lane reads the batch's LSEs: one broadcast load each)
+// and the next batch's loads issued before this batch's sums, the first batch's before the
+// max / sum pass, so the loads of the whole row overlap in about one round trip to L2; the
+// serial loop waits on two dependent loads a split. An empty split's weight is 0 (its
+// partial row the split kernel wrote as zeros); a split index past the count reads the last
+// split's row with weight 0. (The form before, 8 splits' loads at a time behind their
+// weights, took 6.4 us at 33 splits, batch 1 x 4k keys, GQA 32/8, d 128, H100; the serial
+// loop 10.8.)
+constexpr int kCombineBatch = 16;
+struct CombineBatch {
+  float x[kCombineBatch];   // the splits' LSEs (-inf past the count)
+  float4 v[kCombineBatch];  // four columns of their partial rows
+};
+
+__device__ __forceinline__ void combine_load(CombineBatch& c, const float* lse_part,
+                                             const float* part, int s0, int num_splits,
+                                             int64_t rows_total, int64_t row, int64_t stride) {
+#pragma unroll
+  for (int u = 0; u < kCombineBatch; ++u) {
+    const int si = s0 + u < num_splits ? s0 + u : num_splits - 1;  // in bounds
+    const float x = __ldg(lse_part + int64_t(si) * rows_total + row);
+    c.x[u] = s0 + u < num_splits ? x : -INFINITY;
+    c.v[u] = __ldg(reinterpret_cast<const float4*>(part + si * stride));
+  }
+}
+
+__device__ __forceinline__ void combine_add(const CombineBatch& c, float m, float inv,
+                                            float (&o)[4]) {
+#pragma unroll
+  for (int u = 0; u < kCombineBatch; ++u) {  // selects, not branches (w = 0 adds nothing)
+    const float w = c.x[u] == -INFINITY ? 0.f : expf(c.x[u] - m) * inv;
+    o[0] += w != 0.f ? w * c.v[u].x : 0.f, o[1] += w != 0.f ? w * c.v[u].y : 0.f;
+    o[2] += w != 0.f ? w * c.v[u].z : 0.f, o[3] += w != 0.f ? w * c.v[u].w : 0.f;
+  }
+}
+
 template <typename Element, bool kPar = false>
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a, int num_splits) {
@@ -564,6 +595,17 @@ __global__ void __launch_bounds__(128)
   const int64_t row = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);
   if (row >= a.rows_total) return;
   const float* lse_part = p.workspace_f32 + a.rows_total * a.dv_pitch * num_splits;
+  const int dv = p.headdim_v;
+  const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
+  // kPar: split 0's partial row at this lane's columns of pass c0 (a lane past the head dim
+  // reads column 0 and stores nothing), and the first batch in flight.
+  auto part_at = [&](int c0) {
+    const int col = c0 + lane * 4;
+    return p.workspace_f32 + row * a.dv_pitch + (col < dv ? col : 0);
+  };
+  CombineBatch cur;
+  if constexpr (kPar) combine_load(cur, lse_part, part_at(0), 0, num_splits, a.rows_total, row,
+                                   stride);
   float m = -INFINITY;
   for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, lse_part[s * a.rows_total + row]);
 #pragma unroll
@@ -594,44 +636,21 @@ __global__ void __launch_bounds__(128)
   const float inv = l > 0.f ? 1.f / l : 0.f;
   Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
                  h * p.o_head_stride;
-  const int dv = p.headdim_v;
   if constexpr (kPar) {
-    const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
-    // Every lane runs every pass (the weights travel by __shfl_sync from the lane that holds
-    // the split): a lane past the head dim loads column 0 and stores nothing. (With the
-    // loop bounded per lane, lanes past dv left it and the others read their weights from
-    // exited lanes: wrong numbers wherever dv is not a multiple of 128, found in review.)
     for (int c0 = 0; c0 < dv; c0 += 128) {
-      const int col = c0 + lane * 4;
-      const bool act = col < dv;
-      const float* part = p.workspace_f32 + row * a.dv_pitch + (act ? col : 0);  // split 0's
+      const float* part = part_at(c0);
+      if (c0 > 0) combine_load(cur, lse_part, part, 0, num_splits, a.rows_total, row, stride);
       float o[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int s0 = 0; s0 < num_splits; s0 += 32) {
-        const int sl = s0 + lane;
-        const float x = sl < num_splits ? lse_part[int64_t(sl) * a.rows_total + row] : -INFINITY;
-        const float wl = x == -INFINITY ? 0.f : expf(x - m) * inv;
-        const int n = num_splits - s0 < 32 ? num_splits - s0 : 32;
-        for (int t0 = 0; t0 < n; t0 += 8) {  // 8 splits' weights, then their 8 loads at once
-          float w[8];
-          float4 v[8];
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const float wu = __shfl_sync(0xffffffffu, wl, (t0 + u) & 31);
-            w[u] = t0 + u < n ? wu : 0.f;
-          }
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const int si = s0 + t0 + u < num_splits ? s0 + t0 + u : num_splits - 1;  // in bounds
-            v[u] = __ldg(reinterpret_cast<const float4*>(part + si * stride));
-          }
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {  // selects, not branches (w = 0 adds nothing)
-            o[0] += w[u] != 0.f ? w[u] * v[u].x : 0.f, o[1] += w[u] != 0.f ? w[u] * v[u].y : 0.f;
-            o[2] += w[u] != 0.f ? w[u] * v[u].z : 0.f, o[3] += w[u] != 0.f ? w[u] * v[u].w : 0.f;
-          }
-        }
+      for (int s0 = 0; s0 < num_splits; s0 += kCombineBatch) {
+        const bool more = s0 + kCombineBatch < num_splits;
+        CombineBatch next;
+        if (more)
+          combine_load(next, lse_part, part, s0 + kCombineBatch, num_splits, a.rows_total, row,
+                       stride);
+        combine_add(cur, m, inv, o);
+        if (more) cur = next;
       }
-      if (act) decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
+      if (c0 + lane * 4 < dv) decode_store_out4<Element>(out, c0 + lane * 4, dv, a.vec_ok, o);
     }
   } else {
     for (int col = lane * 4; col < dv; col += 128) {

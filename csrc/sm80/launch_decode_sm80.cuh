@@ -112,12 +112,12 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   if (pl.num_splits > 1) {
     const int64_t blocks = (pl.rows_total + 3) / 4;
     if (blocks > 0x7fffffff) throw std::runtime_error("flashattn decode: too many rows");
-    // FLASHATTN_DECODE_COMBINE=par (read per call): the combine's parallel loop
-    // (kernel_decode_sm80.cuh's kPar; off until its mended form has run on a GPU).
+    // The combine's parallel loop (kernel_decode_sm80.cuh's kPar), unless
+    // FLASHATTN_DECODE_COMBINE=serial (read per call: the serial loop, for A/B runs).
     const char* comb = std::getenv("FLASHATTN_DECODE_COMBINE");
-    auto combine = comb != nullptr && std::strcmp(comb, "par") == 0
-                       ? decode_combine_kernel<Element, true>
-                       : decode_combine_kernel<Element, false>;
+    auto combine = comb != nullptr && std::strcmp(comb, "serial") == 0
+                       ? decode_combine_kernel<Element, false>
+                       : decode_combine_kernel<Element, true>;
     combine<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p, a, pl.num_splits);
     FLASHATTN_LAUNCH_CHECK();
   }

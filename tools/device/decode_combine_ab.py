@@ -1,5 +1,5 @@
-"""A/B of the split-KV decode combine's parallel loop (FLASHATTN_DECODE_COMBINE=par, read per
-call) against the default serial loop, in one process: issue 13's small-batch cells (GQA 32/8,
+"""A/B of the split-KV decode combine's parallel loop (the default) against the serial one
+(FLASHATTN_DECODE_COMBINE=serial, read per call), in one process: issue 13's small-batch cells (GQA 32/8,
 d128, bf16, one token), the two forms alternating in rounds of timed calls over enough caches
 to exceed the L2; TB/s of K and V read at the median of the rounds, and the largest output
 difference between the forms (the same partials merged in another order: a few ulps at most).
@@ -34,8 +34,8 @@ def main():
         calls = [_ours_call(cell, dev) for _ in range(n_sets)]
 
         def run(form, i=0):
-            if form == "par":
-                os.environ["FLASHATTN_DECODE_COMBINE"] = "par"
+            if form == "serial":
+                os.environ["FLASHATTN_DECODE_COMBINE"] = "serial"
             else:
                 os.environ.pop("FLASHATTN_DECODE_COMBINE", None)
             return calls[i % n_sets]()
