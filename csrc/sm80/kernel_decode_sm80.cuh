@@ -87,6 +87,22 @@ __device__ __forceinline__ int64_t decode_row_id(const FwdParams& p, int h, int6
   return h * p.total_q + q_row;
 }
 
+// Programmatic dependent launch (Hopper and later; no-ops where the launch did not ask for
+// it): the split kernel lets the combine be scheduled from its start, and the combine waits
+// for the split kernel's completion (its partial outputs visible) before it reads them, so
+// the combine's launch overlaps the split kernel instead of following it
+// (launch_decode_sm80.cuh; FLASHATTN_DECODE_PDL=0 turns it off).
+__device__ __forceinline__ void decode_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void decode_wait_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <typename T>
 __global__ void __launch_bounds__(T::kThreads)
     decode_kernel_sm80(const __grid_constant__ FwdParams p, const DecodeArgs a) {
@@ -98,6 +114,7 @@ __global__ void __launch_bounds__(T::kThreads)
   constexpr int kNFragsS = T::kNFragsS, kNFragsO = T::kNFragsO;
 
   extern __shared__ __align__(128) unsigned char smem[];
+  decode_launch_dependents();
   const int mt = blockIdx.x % a.m_tiles;
   const int bh = blockIdx.x / a.m_tiles;
   const int hk = bh % p.nheads_k, b = bh / p.nheads_k;
@@ -560,7 +577,13 @@ __device__ __forceinline__ void decode_store_out4(Element* out, int col, int dv,
 // split's row with weight 0. (The form before, 8 splits' loads at a time behind their
 // weights, took 6.4 us at 33 splits, batch 1 x 4k keys, GQA 32/8, d 128, H100; the serial
 // loop 10.8.)
+// 16 splits a batch (234 registers on sm_90a, no spill); 12 on older GPUs (ptxas spilled 60
+// bytes there at 16, 251 registers at 12). Device code only.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kCombineBatch = 12;
+#else
 constexpr int kCombineBatch = 16;
+#endif
 struct CombineBatch {
   float x[kCombineBatch];   // the splits' LSEs (-inf past the count)
   float4 v[kCombineBatch];  // four columns of their partial rows
@@ -591,6 +614,7 @@ __device__ __forceinline__ void combine_add(const CombineBatch& c, float m, floa
 template <typename Element, bool kPar = false>
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a, int num_splits) {
+  decode_wait_prerequisites();  // the split kernel's partials (a PDL launch)
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);
   if (row >= a.rows_total) return;

@@ -118,8 +118,22 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
     auto combine = comb != nullptr && std::strcmp(comb, "serial") == 0
                        ? decode_combine_kernel<Element, false>
                        : decode_combine_kernel<Element, true>;
-    combine<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p, a, pl.num_splits);
-    FLASHATTN_LAUNCH_CHECK();
+    // On Hopper and later, a programmatic dependent launch (kernel_decode_sm80.cuh:
+    // decode_wait_prerequisites) unless FLASHATTN_DECODE_PDL=0 (read per call).
+    const char* pdl_env = std::getenv("FLASHATTN_DECODE_PDL");
+    const bool pdl = current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9 &&
+                     !(pdl_env != nullptr && std::strcmp(pdl_env, "0") == 0);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(128);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine, p, a, pl.num_splits));
   }
 }
 
