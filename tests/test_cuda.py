@@ -280,6 +280,49 @@ def test_cuda_graph_capture_replay(varlen):
 SMALL_SMEM = 99 * 1024
 
 
+@pytest.mark.parametrize("pdl", ["1", "0"])
+def test_cuda_graph_decode_step(pdl, monkeypatch):
+    """A decode step (append one token, then the split-KV attention and its combine, launched
+    as a programmatic dependent on Hopper unless FLASHATTN_DECODE_PDL=0) captured in a CUDA
+    graph and replayed on new data: the same output and cache as the eager step, and the
+    split path taken (batch 1 over 4k keys: many splits)."""
+    monkeypatch.setenv("FLASHATTN_DECODE_PDL", pdl)
+    dtype = torch.bfloat16
+    _skip(dtype, 128, backward=False)
+    B, N, H, Hk, d = 1, 4096, 8, 2, 128
+    q = torch.randn(B, 1, H, d, device="cuda", dtype=dtype)
+    k_cache = torch.randn(B, N, Hk, d, device="cuda", dtype=dtype)
+    v_cache = torch.randn_like(k_cache)
+    k_new = torch.randn(B, 1, Hk, d, device="cuda", dtype=dtype)
+    v_new = torch.randn_like(k_new)
+    seqlens = torch.full((B,), N - 2, dtype=torch.int32, device="cuda")
+    assert flashattn.kernel_path(q, k_cache, v_cache) == "sm80-decode"
+
+    def step():
+        return flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new,
+                                                 cache_seqlens=seqlens, return_softmax_lse=True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        graph_out, graph_lse = step()
+    for t in (q, k_new, v_new):
+        t.copy_(torch.randn_like(t))
+    g.replay()
+    torch.cuda.synchronize()
+    graph_k = k_cache.clone()
+    out, lse = step()
+    assert torch.equal(graph_out, out) and torch.equal(graph_lse, lse)
+    assert torch.equal(graph_k, k_cache) and torch.equal(k_cache[:, N - 2], k_new[:, 0])
+    one = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens + 1,
+                                            num_splits=1)  # no split, no combine
+    assert (one.float() - out.float()).abs().max().item() < 2e-2
+
+
 @pytest.mark.parametrize("hd,heads,causal,det", [
     ((32, 32), "gqa", True, False),
     ((64, 64), "mha", False, True),
