@@ -218,6 +218,73 @@ def test_sm90_backward_padded_buckets(d, causal, heads, monkeypatch):
     run_case("cuda", c)
 
 
+# The persistent sm90 backward (FLASHATTN_SM90_BWD_PERSIST=1, launch_bwd_sm90.cuh): with the
+# grid capped at a few CTAs (FLASHATTN_SM90_BWD_PERSIST_CTAS) every CTA walks many key blocks of
+# a small problem, so these cases cross key blocks of other heads, sequences and shapes: ones
+# with no query block (windows, sq < sk), varlen key blocks past their sequence, GQA's adds.
+_PERSIST_PADDED = [
+    ((128, 128), (1000, 1000), True, "none", 0.0, "none", "gqa"),
+    ((128, 128), (777, 1100), False, "none", 0.0, "none", "mha"),
+    ((64, 64), (700, 900), True, "sym", 0.0, "none", "gqa"),
+    ((64, 64), (1300, 517), False, "left", 0.0, "none", "mqa"),
+    ((128, 128), (333, 517), True, "none", 30.0, "h", "gqa"),
+    ((120, 120), (517, 333), False, "right", 0.0, "bh", "mha"),
+]
+
+
+@pytest.mark.parametrize("ctas", ["3", "none"])
+@pytest.mark.parametrize("hd,sl,causal,window,softcap,alibi,heads", _PERSIST_PADDED)
+def test_sm90_backward_persistent(hd, sl, causal, window, softcap, alibi, heads, ctas,
+                                  monkeypatch):
+    """The persistent sm90 backward against the reference: 3 CTAs walking every key block, and
+    the natural grid (one CTA per SM, persistent only where the grid exceeds it)."""
+    from test_attention import run_case
+
+    skip_unless_sm90()
+    monkeypatch.setenv("FLASHATTN_SM90_BWD_PERSIST", "1")
+    if ctas != "none":
+        monkeypatch.setenv("FLASHATTN_SM90_BWD_PERSIST_CTAS", ctas)
+    H, Hk = HEADS[heads]
+    q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
+    k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
+    assert flashattn.kernel_path(q, k, k, direction="bwd", causal=causal) == "sm90"
+    c = dict(dtype="bf16", hd=hd, sl=sl, causal=causal, window=window, softcap=softcap,
+             alibi=alibi, heads=heads, noncontig=False)
+    run_case("cuda", c)
+
+
+@pytest.mark.parametrize("batch", ["mixed", "nokeys", "empty_ends", "long"])
+@pytest.mark.parametrize("hd,causal", [((128, 128), True), ((64, 64), False)])
+def test_sm90_backward_persistent_varlen(batch, hd, causal, monkeypatch):
+    """Varlen batches on the persistent sm90 backward (2 CTAs): key blocks past a sequence's
+    keys and sequences without queries or keys between the ones with work."""
+    from test_varlen import run_varlen_case
+
+    skip_unless_sm90()
+    monkeypatch.setenv("FLASHATTN_SM90_BWD_PERSIST", "1")
+    monkeypatch.setenv("FLASHATTN_SM90_BWD_PERSIST_CTAS", "2")
+    c = dict(dtype="fp16", hd=hd, batch=batch, causal=causal, window="none", softcap=0.0,
+             alibi="none", heads="gqa", noncontig=False)
+    run_varlen_case("cuda", c)
+
+
+@pytest.mark.parametrize("shape,hd,causal,window", [
+    ("113x203", (128, 128), True, "none"), ("799x3", (64, 64), False, "sym"),
+    ("vl_mixed", (128, 128), False, "left"), ("vl_nokeys", (64, 64), True, "none")])
+def test_sm90_backward_persistent_dropout(shape, hd, causal, window, seed, monkeypatch):
+    """Dropout on the persistent sm90 backward (3 CTAs): the mask of each key block regenerated
+    from its own (batch, head), as test_dropout checks it."""
+    from test_dropout import run_case
+
+    skip_unless_sm90()
+    monkeypatch.setenv("FLASHATTN_SM90_BWD_PERSIST", "1")
+    monkeypatch.setenv("FLASHATTN_SM90_BWD_PERSIST_CTAS", "3")
+    monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    c = dict(dtype="bf16", hd=hd, shape=shape, causal=causal, window=window, softcap=0.0,
+             alibi="none", heads="gqa", p=0.17, sink=False)
+    run_case("cuda", c, seed, bwd_path="sm90")
+
+
 def test_deterministic_chunk_env_rejects_garbage(monkeypatch):
     monkeypatch.setenv("FLASHATTN_BWD_DET_CHUNK", "0")
     q = torch.randn(1, 300, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)

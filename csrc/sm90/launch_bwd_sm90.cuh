@@ -196,6 +196,22 @@ BwdMaps bwd_tensor_maps(const sm80::BwdArgs& args, int kD, int kBM, int kBN) {
       dq_accum_map(args.dq_accum, kD, rows_q, p.nheads, batch)};
 }
 
+// The persistent grid of the 64 / 128 kernel (kernel_bwd_sm90.cuh's Is_persist: at most one
+// CTA per SM, each walking key blocks in the launch order, the next one's loads under the last
+// one's steps and dK / dV stores): FLASHATTN_SM90_BWD_PERSIST=1 (read per call; off until its
+// tests and timing have run on a GPU), for calls that are not deterministic and have no block
+// mask, whose grid is more than one CTA per SM. Its CTA count (0: not persistent):
+// FLASHATTN_SM90_BWD_PERSIST_CTAS caps it (the tests' knob: a few CTAs walk many key blocks
+// on small problems).
+inline int64_t sm90_bwd_persist_ctas(const BwdParams& p, int64_t ctas) {
+  if (!env_is("FLASHATTN_SM90_BWD_PERSIST", '1') || p.deterministic ||
+      p.q_num_blocks != nullptr)
+    return 0;
+  const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  const int cap = env_capped("FLASHATTN_SM90_BWD_PERSIST_CTAS", "CTAs", sms);
+  return ctas > cap ? cap : 0;
+}
+
 // The main kernel on args prepared as the sm80 backward prepares them (dq_accum zeroed; for
 // GQA dk_accum / dv_accum zeroed, else nullptr and dK / dV written directly).
 template <class Cfg, typename Element>
@@ -258,16 +274,33 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     a.order = buf;
     FLASHATTN_LAUNCH_CHECK();
   }
+  const int64_t persist_ctas = sm90_bwd_persist_ctas(p, ctas);
+  const bool persist = persist_ctas > 0;
+  if (persist) {  // the same variants on the persistent grid
+#ifndef FLASHATTN_DISABLE_DROPOUT
+    kernel = p.dropout_threshold > 0 ? bwd_kernel_sm90<Cfg, Element, true, false, false, false,
+                                                       false, true>
+                                     : bwd_kernel_sm90<Cfg, Element, false, false, false, false,
+                                                       false, true>;
+#else
+    kernel = bwd_kernel_sm90<Cfg, Element, false, false, false, false, false, true>;
+#endif
+    if (bwd_score_mod_call(p))
+      kernel = bwd_kernel_sm90<Cfg, Element, false, false, true, false, false, true>;
+  }
+  const dim3 launch_grid = persist ? dim3(static_cast<unsigned>(persist_ctas)) : grid;
   auto launch = [&](decltype(kernel) k) {
     FLASHATTN_CUDA_CHECK(set_max_dynamic_smem(k, static_cast<int>(smem)));
-    k<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(a, maps, sect,
-                                                                 static_cast<int>(list_cap));
+    k<<<launch_grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
+        a, maps, sect, static_cast<int>(list_cap), static_cast<int>(grid.x),
+        static_cast<int>(grid.y), static_cast<int>(grid.z));
     FLASHATTN_LAUNCH_CHECK();
   };
   launch(kernel);
 #ifndef FLASHATTN_DISABLE_DROPOUT
   if (dropout_offsets_call(p))  // the cell-by-cell mask's kernel beside it (dropout_lanes.cuh)
-    launch(bwd_kernel_sm90<Cfg, Element, true, false, false, false, true>);
+    launch(persist ? bwd_kernel_sm90<Cfg, Element, true, false, false, false, true, true>
+                   : bwd_kernel_sm90<Cfg, Element, true, false, false, false, true>);
 #endif
 }
 
