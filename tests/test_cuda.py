@@ -293,6 +293,21 @@ def test_deterministic_chunk_env_rejects_garbage(monkeypatch):
         out.sum().backward()
 
 
+def _capture(step):
+    """step() warmed up twice on a side stream, then captured in a CUDA graph: (graph, what
+    the captured step returned)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    return g, out
+
+
 @pytest.mark.parametrize("varlen", [False, True])
 def test_cuda_graph_capture_replay(varlen):
     """Capture fwd + bwd in a CUDA graph, replay on new data, compare with eager."""
@@ -323,15 +338,7 @@ def test_cuda_graph_capture_replay(varlen):
         out = f(q, k, v)
         return (out,) + torch.autograd.grad(out, (q, k, v), dout)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        graph_out = step()
+    g, graph_out = _capture(step)
     with torch.no_grad():
         for t in static:
             t.copy_(torch.randn_like(t))
@@ -368,15 +375,7 @@ def test_cuda_graph_decode_step(pdl, monkeypatch):
     def step():
         return flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new,
                                                  cache_seqlens=seqlens, return_softmax_lse=True)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        graph_out, graph_lse = step()
+    g, (graph_out, graph_lse) = _capture(step)
     for t in (q, k_new, v_new):
         t.copy_(torch.randn_like(t))
     g.replay()
