@@ -287,6 +287,11 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #endif
     if (bwd_score_mod_call(p))
       kernel = bwd_kernel_sm90<Cfg, Element, false, false, true, false, false, true>;
+#ifndef FLASHATTN_DISABLE_DROPOUT
+    if (p.dropout_threshold > 0 &&
+        kernel != bwd_kernel_sm90<Cfg, Element, true, false, false, false, false, true>)
+      throw std::runtime_error("flashattn sm90 bwd: a dropout call without the dropout kernel");
+#endif
   }
   const dim3 launch_grid = persist ? dim3(static_cast<unsigned>(persist_ctas)) : grid;
   auto launch = [&](decltype(kernel) k) {
