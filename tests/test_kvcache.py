@@ -190,9 +190,10 @@ def test_kvcache(device, c):
     check_kvcache_call(args, dtype)
 
 
-# The CUDA combine's two loops (the default parallel one, kernel_decode_sm80.cuh's kPar, and
-# FLASHATTN_DECODE_COMBINE=serial).
-_COMBINES = [(d, "default") for d in DEVICES] + [("cuda", "serial")] * ("cuda" in DEVICES)
+# The CUDA combine's loops (kernel_decode_sm80.cuh's kForm: the default parallel one, and
+# FLASHATTN_DECODE_COMBINE=serial / batch).
+_COMBINES = [(d, "default") for d in DEVICES] + \
+    [("cuda", "serial"), ("cuda", "batch")] * ("cuda" in DEVICES)
 
 
 @pytest.mark.parametrize("device,combine", _COMBINES, ids=[f"{d}-{c}" for d, c in _COMBINES])
@@ -200,10 +201,10 @@ _COMBINES = [(d, "default") for d in DEVICES] + [("cuda", "serial")] * ("cuda" i
 @pytest.mark.parametrize("hd", [128, 64, 96, 192])  # value dims 64 / 96 / 192: partial lanes
 def test_num_splits_same_result(device, combine, paged, hd, monkeypatch):
     """num_splits 1 and several give the same result within tolerance (bitwise on the CPU,
-    which ignores it); the caches get the same rows. On CUDA with both combine loops (the
+    which ignores it); the caches get the same rows. On CUDA with every combine loop (the
     parallel one's splits past a short sequence's keys are empty: weight 0)."""
-    if combine == "serial":
-        monkeypatch.setenv("FLASHATTN_DECODE_COMBINE", "serial")
+    if combine != "default":
+        monkeypatch.setenv("FLASHATTN_DECODE_COMBINE", combine)
     c = dict(dtype="bf16", hd=(hd, hd), sl=(4, 2048), heads="gqa", new_kv=True,
              new_eq_q=True, rotary=1.0, interleaved=False, paged=paged, causal=True,
              local=False, softcap=0.0, alibi=False, leftpad=False, batch_idx=False,

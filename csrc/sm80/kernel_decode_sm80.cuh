@@ -91,7 +91,7 @@ __device__ __forceinline__ int64_t decode_row_id(const FwdParams& p, int h, int6
 // it): the split kernel lets the combine be scheduled from its start, and the combine waits
 // for the split kernel's completion (its partial outputs visible) before it reads them, so
 // the combine's launch overlaps the split kernel instead of following it
-// (launch_decode_sm80.cuh; FLASHATTN_DECODE_PDL=0 turns it off).
+// (launch_decode_sm80.cuh: with FLASHATTN_DECODE_PDL=1, off until run on a GPU).
 __device__ __forceinline__ void decode_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -567,16 +567,18 @@ __device__ __forceinline__ void decode_store_out4(Element* out, int col, int dv,
 // max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the
 // sum when there is one). Rows of no sequence (varlen
 // padding) read the zeroed workspace and write zeros there.
-// kPar (the default since 2026-12-07; FLASHATTN_DECODE_COMBINE=serial runs the other loop,
-// launch_decode_sm80.cuh): the splits in batches of kCombineBatch, each batch's LSEs and
-// partial rows loaded at once (every lane reads the batch's LSEs: one broadcast load each)
-// and the next batch's loads issued before this batch's sums, the first batch's before the
-// max / sum pass, so the loads of the whole row overlap in about one round trip to L2; the
-// serial loop waits on two dependent loads a split. An empty split's weight is 0 (its
-// partial row the split kernel wrote as zeros); a split index past the count reads the last
-// split's row with weight 0. (The form before, 8 splits' loads at a time behind their
-// weights, took 6.4 us at 33 splits, batch 1 x 4k keys, GQA 32/8, d 128, H100; the serial
-// loop 10.8.)
+// kForm, the combine's loop (launch_decode_sm80.cuh picks it per call from
+// FLASHATTN_DECODE_COMBINE): 0 (serial) waits on two dependent loads a split; 1 (par, the
+// default) computes the weights once, lane s holding split s's, and loads the partial outputs
+// of 8 splits back to back without a branch between a split's LSE and its O (on an H100 at
+// 33 splits, batch 1 x 4k keys, GQA 32/8, d 128: 6.4 us against the serial loop's 10.8; its
+// tests at value dims 64 / 96 / 128 / 192 passed there); 2 (batch; not yet run on a GPU, so
+// opt-in) takes the splits in batches of kCombineBatch, each batch's LSEs and partial rows
+// loaded at once (every lane reads the batch's LSEs: one broadcast load each) and the next
+// batch's loads issued before this batch's sums, the first batch's before the max / sum
+// pass, so the loads of a row overlap in about one round trip to L2. An empty split's weight
+// is 0 (its partial row the split kernel wrote as zeros); a split index past the count reads
+// the last split's row with weight 0.
 // 16 splits a batch (234 registers on sm_90a, no spill); 12 on older GPUs (ptxas spilled 60
 // bytes there at 16, 251 registers at 12). Device code only.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -611,7 +613,7 @@ __device__ __forceinline__ void combine_add(const CombineBatch& c, float m, floa
   }
 }
 
-template <typename Element, bool kPar = false>
+template <typename Element, int kForm>
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a, int num_splits) {
   decode_wait_prerequisites();  // the split kernel's partials (a PDL launch)
@@ -621,15 +623,15 @@ __global__ void __launch_bounds__(128)
   const float* lse_part = p.workspace_f32 + a.rows_total * a.dv_pitch * num_splits;
   const int dv = p.headdim_v;
   const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
-  // kPar: split 0's partial row at this lane's columns of pass c0 (a lane past the head dim
-  // reads column 0 and stores nothing), and the first batch in flight.
+  // kForm 1 / 2: split 0's partial row at this lane's columns of pass c0 (a lane past the
+  // head dim reads column 0 and stores nothing); 2: the first batch in flight.
   auto part_at = [&](int c0) {
     const int col = c0 + lane * 4;
     return p.workspace_f32 + row * a.dv_pitch + (col < dv ? col : 0);
   };
   CombineBatch cur;
-  if constexpr (kPar) combine_load(cur, lse_part, part_at(0), 0, num_splits, a.rows_total, row,
-                                   stride);
+  if constexpr (kForm == 2)
+    combine_load(cur, lse_part, part_at(0), 0, num_splits, a.rows_total, row, stride);
   float m = -INFINITY;
   for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, lse_part[s * a.rows_total + row]);
 #pragma unroll
@@ -660,7 +662,41 @@ __global__ void __launch_bounds__(128)
   const float inv = l > 0.f ? 1.f / l : 0.f;
   Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
                  h * p.o_head_stride;
-  if constexpr (kPar) {
+  if constexpr (kForm == 1) {
+    // Every lane runs every pass (the weights travel by __shfl_sync from the lane that holds
+    // the split).
+    for (int c0 = 0; c0 < dv; c0 += 128) {
+      const int col = c0 + lane * 4;
+      const float* part = part_at(c0);
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int s0 = 0; s0 < num_splits; s0 += 32) {
+        const int sl = s0 + lane;
+        const float x = sl < num_splits ? lse_part[int64_t(sl) * a.rows_total + row] : -INFINITY;
+        const float wl = x == -INFINITY ? 0.f : expf(x - m) * inv;
+        const int n = num_splits - s0 < 32 ? num_splits - s0 : 32;
+        for (int t0 = 0; t0 < n; t0 += 8) {  // 8 splits' weights, then their 8 loads at once
+          float w[8];
+          float4 v[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const float wu = __shfl_sync(0xffffffffu, wl, (t0 + u) & 31);
+            w[u] = t0 + u < n ? wu : 0.f;
+          }
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const int si = s0 + t0 + u < num_splits ? s0 + t0 + u : num_splits - 1;  // in bounds
+            v[u] = __ldg(reinterpret_cast<const float4*>(part + si * stride));
+          }
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {  // selects, not branches (w = 0 adds nothing)
+            o[0] += w[u] != 0.f ? w[u] * v[u].x : 0.f, o[1] += w[u] != 0.f ? w[u] * v[u].y : 0.f;
+            o[2] += w[u] != 0.f ? w[u] * v[u].z : 0.f, o[3] += w[u] != 0.f ? w[u] * v[u].w : 0.f;
+          }
+        }
+      }
+      if (col < dv) decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
+    }
+  } else if constexpr (kForm == 2) {
     for (int c0 = 0; c0 < dv; c0 += 128) {
       const float* part = part_at(c0);
       if (c0 > 0) combine_load(cur, lse_part, part, 0, num_splits, a.rows_total, row, stride);

@@ -112,17 +112,21 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   if (pl.num_splits > 1) {
     const int64_t blocks = (pl.rows_total + 3) / 4;
     if (blocks > 0x7fffffff) throw std::runtime_error("flashattn decode: too many rows");
-    // The combine's parallel loop (kernel_decode_sm80.cuh's kPar), unless
-    // FLASHATTN_DECODE_COMBINE=serial (read per call: the serial loop, for A/B runs).
+    // The combine's loop (kernel_decode_sm80.cuh's kForm), per call from
+    // FLASHATTN_DECODE_COMBINE: "serial", "batch" (not yet run on a GPU), else the default
+    // parallel loop.
     const char* comb = std::getenv("FLASHATTN_DECODE_COMBINE");
     auto combine = comb != nullptr && std::strcmp(comb, "serial") == 0
-                       ? decode_combine_kernel<Element, false>
-                       : decode_combine_kernel<Element, true>;
-    // On Hopper and later, a programmatic dependent launch (kernel_decode_sm80.cuh:
-    // decode_wait_prerequisites) unless FLASHATTN_DECODE_PDL=0 (read per call).
+                       ? decode_combine_kernel<Element, 0>
+                   : comb != nullptr && std::strcmp(comb, "batch") == 0
+                       ? decode_combine_kernel<Element, 2>
+                       : decode_combine_kernel<Element, 1>;
+    // On Hopper and later with FLASHATTN_DECODE_PDL=1 (read per call; off until it has run on
+    // a GPU), a programmatic dependent launch (kernel_decode_sm80.cuh:
+    // decode_wait_prerequisites).
     const char* pdl_env = std::getenv("FLASHATTN_DECODE_PDL");
     const bool pdl = current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9 &&
-                     !(pdl_env != nullptr && std::strcmp(pdl_env, "0") == 0);
+                     pdl_env != nullptr && std::strcmp(pdl_env, "1") == 0;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
