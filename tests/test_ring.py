@@ -39,6 +39,18 @@ from reference import (attention_ref, dropout_keep_ref, dropout_scale_ref, ref_a
 HAVE_GLOO = dist.is_available() and dist.is_gloo_available()
 needs_gloo = pytest.mark.skipif(
     not HAVE_GLOO, reason="this torch build has no torch.distributed gloo backend")
+# NCCL (issue 19): the same cases on CUDA ranks (rank r on cuda:r) where this machine has a GPU
+# per rank, fp32 cases in bf16 (the CUDA kernels take 16-bit inputs only).
+HAVE_NCCL = dist.is_available() and dist.is_nccl_available() and torch.cuda.is_available()
+
+
+def _nccl_skip(world_size):
+    if not HAVE_NCCL:
+        return "no NCCL or no CUDA device"
+    if torch.cuda.device_count() < world_size:
+        return f"{world_size} ranks need {world_size} GPUs, this machine has " \
+               f"{torch.cuda.device_count()}"
+    return None
 GLOO_TIMEOUT = datetime.timedelta(seconds=60)
 JOIN_DEADLINE_S = 150  # a whole spawn (start-up included); gloo's timeout fires well before
 
@@ -366,8 +378,10 @@ CASES = {
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def _case(world_size, i):
+def _case(world_size, i, backend="gloo"):
     case = dict(_BASE, **CASES[world_size][i])
+    if backend == "nccl" and case["dtype"] == "fp32":
+        case["dtype"] = "bf16"
     group_size = len(case["group"]) if case["group"] else world_size
     per_rank = 2 if case["layout"] == "zigzag" else 1
     case["varlen"] = "chunks" in case
@@ -375,8 +389,8 @@ def _case(world_size, i):
     return case
 
 
-def _case_id(world_size, i):
-    c = _case(world_size, i)
+def _case_id(world_size, i, backend="gloo"):
+    c = _case(world_size, i, backend)
     parts = [f"w{world_size}", c["layout"], "causal" if c["causal"] else "full",
              ("varlen" if c["varlen"] else "S") + "_".join(map(str, c["seqlens"])), c["dtype"],
              "h{}-{}".format(*c["heads"])]
@@ -492,16 +506,20 @@ def _run_case(case, data, group):
     return full
 
 
-def _worker(rank, world_size, port, tmpdir, seed):
+def _worker(rank, world_size, port, tmpdir, seed, backend="gloo"):
     torch.set_num_threads(1)
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
     # As conftest.py does in the test process: fresh allocations are NaN, so an element the
     # ring never writes fails the NaN check.
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=GLOO_TIMEOUT)
     try:
-        cases = [_case(world_size, i) for i in range(len(CASES[world_size]))]
+        cases = [_case(world_size, i, backend) for i in range(len(CASES[world_size]))]
         # new_group is collective over the default group: every rank creates every group.
         groups = [dist.new_group(list(c["group"]), timeout=GLOO_TIMEOUT) if c["group"] else None
                   for c in cases]
@@ -510,9 +528,10 @@ def _worker(rank, world_size, port, tmpdir, seed):
             if case["group"] and rank not in case["group"]:
                 continue
             generator = torch.Generator().manual_seed(seed + i)  # the same data on every rank
-            data = dict(_inputs(case, generator), rng_seed=_rng_seed(seed, i))
+            data = {n: x.to(device) for n, x in _inputs(case, generator).items()}
+            data["rng_seed"] = _rng_seed(seed, i)
             try:
-                full = _run_case(case, data, group)
+                full = {n: x.cpu() for n, x in _run_case(case, data, group).items()}
             except Exception as e:
                 raise RuntimeError(f"case {_case_id(world_size, i)} failed on rank {rank} "
                                    f"(seed {seed})") from e
@@ -534,8 +553,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _spawn(world_size, tmpdir, seed):
-    ctx = mp.start_processes(_worker, args=(world_size, _free_port(), str(tmpdir), seed),
+def _spawn(world_size, tmpdir, seed, backend="gloo"):
+    ctx = mp.start_processes(_worker,
+                             args=(world_size, _free_port(), str(tmpdir), seed, backend),
                              nprocs=world_size, join=False, start_method="spawn")
     deadline = time.monotonic() + JOIN_DEADLINE_S
     while not ctx.join(timeout=5):  # raises ProcessRaisedException with the worker's traceback
@@ -551,31 +571,38 @@ def _spawn(world_size, tmpdir, seed):
     return results
 
 
-_RUNS = {}  # world size -> (seed, results or the exception of its spawn)
+_RUNS = {}  # (backend, world size) -> (seed, results or the exception of its spawn)
 
 
-def _results(world_size, tmp_path_factory, seed):
-    if world_size not in _RUNS:
-        tmpdir = tmp_path_factory.mktemp(f"ring{world_size}")
+def _results(backend, world_size, tmp_path_factory, seed):
+    if (backend, world_size) not in _RUNS:
+        tmpdir = tmp_path_factory.mktemp(f"ring_{backend}{world_size}")
         try:
-            _RUNS[world_size] = (seed, _spawn(world_size, tmpdir, seed))
+            _RUNS[backend, world_size] = (seed, _spawn(world_size, tmpdir, seed, backend))
         except Exception as e:  # every case of this spawn fails with it
-            _RUNS[world_size] = (seed, e)
-    return _RUNS[world_size]
+            _RUNS[backend, world_size] = (seed, e)
+    return _RUNS[backend, world_size]
 
 
 MP_CASES = [(w, i) for w in sorted(CASES) for i in range(len(CASES[w]))]
+MP_PARAMS = [pytest.param("gloo", w, i, id=_case_id(w, i), marks=needs_gloo)
+             for w, i in MP_CASES] + \
+    [pytest.param("nccl", w, i, id="nccl-" + _case_id(w, i, "nccl"),
+                  marks=pytest.mark.skipif(_nccl_skip(w) is not None,
+                                           reason=_nccl_skip(w) or ""))
+     for w, i in MP_CASES]
 
 
-@needs_gloo
-@pytest.mark.parametrize("world_size,index", MP_CASES,
-                         ids=[_case_id(w, i) for w, i in MP_CASES])
-def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
-    run_seed, results = _results(world_size, tmp_path_factory, seed)
+@pytest.mark.parametrize("backend,world_size,index", MP_PARAMS)
+def test_ring_matches_reference(backend, world_size, index, tmp_path_factory, seed):
+    """The ring's forward and gradients, gathered to the full sequence, against the float64
+    reference of the full sequence: on gloo with CPU ranks, and on NCCL with a GPU per rank
+    where the machine has them (issue 19: bf16 for the fp32 cases there)."""
+    run_seed, results = _results(backend, world_size, tmp_path_factory, seed)
     where = f"ring run seed {run_seed} (replay: FLASHATTN_TEST_SEED={run_seed})"
     if isinstance(results, Exception):
         raise AssertionError(f"ring workers failed; {where}") from results
-    case = _case(world_size, index)
+    case = _case(world_size, index, backend)
     data = _inputs(case, torch.Generator().manual_seed(run_seed + index))
     opts = dict(causal=case["causal"], softcap=case["softcap"], window_size=case["window"])
     ours = results[index]
@@ -585,7 +612,9 @@ def test_ring_matches_reference(world_size, index, tmp_path_factory, seed):
         if case["dropout"]:
             # flash_attn_func's draw after the seed of the group's rank 0 (its global rank).
             torch.manual_seed(_rng_seed(run_seed, index) + min(case["group"] or [0]))
-            rng = _rng_state(data["q"], case["dropout"])
+            # (NCCL: drawn on the GPU, as the worker of cuda:0 .. did from the same seed)
+            rng = _rng_state(data["q"].cuda() if backend == "nccl" else data["q"],
+                             case["dropout"]).cpu()
             batch = len(case["seqlens"]) if case["varlen"] else 2
             S = max(case["seqlens"])
             opts["dropout_keep"] = dropout_keep_ref(rng, batch, case["heads"][0], S, S,
