@@ -79,6 +79,7 @@ struct DecodeArgs {
   bool vec_ok;    // 16-byte global accesses everywhere
   bool fast;      // vec_ok, and K and V rows exactly the tile's kD columns
   bool score_mod; // softcap / ALiBi / a non-positive scale
+  bool pdl;       // the combine is a programmatic dependent launch (decode_launch_dependents)
 };
 
 // The partial output of (split, row id) in the workspace: O rows (dv_pitch fp32), then LSEs.
@@ -87,10 +88,10 @@ __device__ __forceinline__ int64_t decode_row_id(const FwdParams& p, int h, int6
   return h * p.total_q + q_row;
 }
 
-// Programmatic dependent launch (Hopper and later; no-ops where the launch did not ask for
-// it): the split kernel lets the combine be scheduled from its start, and the combine waits
-// for the split kernel's completion (its partial outputs visible) before it reads them, so
-// the combine's launch overlaps the split kernel instead of following it
+// Programmatic dependent launch (Hopper and later; only where the launch asks for it,
+// DecodeArgs::pdl): the split kernel lets the combine be scheduled from its start, and the
+// combine waits for the split kernel's completion (its partial outputs visible) before it
+// reads them, so the combine's launch overlaps the split kernel instead of following it
 // (launch_decode_sm80.cuh: with FLASHATTN_DECODE_PDL=1, off until run on a GPU).
 __device__ __forceinline__ void decode_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(T::kThreads)
   constexpr int kNFragsS = T::kNFragsS, kNFragsO = T::kNFragsO;
 
   extern __shared__ __align__(128) unsigned char smem[];
-  decode_launch_dependents();
+  if (a.pdl) decode_launch_dependents();
   const int mt = blockIdx.x % a.m_tiles;
   const int bh = blockIdx.x / a.m_tiles;
   const int hk = bh % p.nheads_k, b = bh / p.nheads_k;
@@ -616,7 +617,7 @@ __device__ __forceinline__ void combine_add(const CombineBatch& c, float m, floa
 template <typename Element, int kForm>
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a, int num_splits) {
-  decode_wait_prerequisites();  // the split kernel's partials (a PDL launch)
+  if (a.pdl) decode_wait_prerequisites();  // the split kernel's partials
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);
   if (row >= a.rows_total) return;

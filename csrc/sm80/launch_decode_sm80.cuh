@@ -100,6 +100,11 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   a.vec_ok = fwd_vectorizable(p);
   a.fast = a.vec_ok && p.headdim == kHeadDim && p.headdim_v == kHeadDim;
   a.score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
+  // On Hopper and later with FLASHATTN_DECODE_PDL=1 (read per call; off until it has run on
+  // a GPU), the combine is a programmatic dependent launch of the split kernel.
+  const char* pdl_env = std::getenv("FLASHATTN_DECODE_PDL");
+  a.pdl = pl.num_splits > 1 && pdl_env != nullptr && std::strcmp(pdl_env, "1") == 0 &&
+          current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
   if (pl.small_smem) {
     launch_decode<DecodeSmallSmem<kHeadDim, Element>>(p, pl, a, stream);
   } else {
@@ -121,12 +126,6 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
                    : comb != nullptr && std::strcmp(comb, "batch") == 0
                        ? decode_combine_kernel<Element, 2>
                        : decode_combine_kernel<Element, 1>;
-    // On Hopper and later with FLASHATTN_DECODE_PDL=1 (read per call; off until it has run on
-    // a GPU), a programmatic dependent launch (kernel_decode_sm80.cuh:
-    // decode_wait_prerequisites).
-    const char* pdl_env = std::getenv("FLASHATTN_DECODE_PDL");
-    const bool pdl = current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9 &&
-                     pdl_env != nullptr && std::strcmp(pdl_env, "1") == 0;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -136,7 +135,7 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
     cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = a.pdl ? 1 : 0;
     FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine, p, a, pl.num_splits));
   }
 }
