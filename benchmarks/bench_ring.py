@@ -52,18 +52,19 @@ def parse_args():
 
 
 class Timer:
-    """Per-call times (ms) of fn on this rank, each between barriers: CUDA events on a GPU,
-    the wall clock on the CPU; the slowest rank's time per repetition (all-reduce max)."""
+    """Per-call times (ms) of fn on this rank: CUDA events on a GPU, the wall clock on the
+    CPU; across_ranks: each call between barriers, the slowest rank's time per repetition
+    (all-reduce max)."""
 
-    def __init__(self, device, group=None):
-        self.device, self.group = device, group
+    def __init__(self, device, across_ranks=True):
+        self.device, self.across_ranks = device, across_ranks
 
     def __call__(self, fn, reps, warmup):
         for _ in range(warmup):
             fn()
         times = []
         for _ in range(reps):
-            if self.group is not False:
+            if self.across_ranks:
                 dist.barrier()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
@@ -78,7 +79,7 @@ class Timer:
                 fn()
                 ms = (time.perf_counter() - t0) * 1e3
             times.append(ms)
-        if self.group is not False:
+        if self.across_ranks:
             t = torch.tensor(times, dtype=torch.float64,
                              device=self.device if self.device.type == "cuda" else "cpu")
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -121,7 +122,7 @@ def main():
     else:
         device = torch.device("cpu")
     dtype = DTYPES[args.dtype]
-    ring_timer, one_timer = Timer(device), Timer(device, group=False)
+    ring_timer, one_timer = Timer(device), Timer(device, across_ranks=False)
     rows = []
     for mode in args.modes:
         total = args.tokens_per_rank * world if mode == "weak" else args.total

@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "../common/cuda_check.h"
 #include "../common/tile_policy.h"
@@ -226,13 +227,28 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   const BwdMaps maps = bwd_tensor_maps<Element>(args, Cfg::kD, Cfg::kBM, Cfg::kBN);
   const dim3 grid(static_cast<unsigned>((p.seqlen_k + Cfg::kBN - 1) / Cfg::kBN), p.nheads,
                   p.batch);
+  const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
+  const int64_t persist_ctas = sm90_bwd_persist_ctas(p, ctas);
+  const bool persist = persist_ctas > 0;
+  // The kernel of (dropout, cell-by-cell mask, score transform) on the grid chosen (the
+  // persistent one takes neither deterministic calls nor block masks: sm90_bwd_persist_ctas).
+  auto variant = [&](bool dropout, bool cells, bool score_mod) {
+    using K = decltype(&bwd_kernel_sm90<Cfg, Element>);
+    auto pick = [&](auto persistent) -> K {
+      constexpr bool P = decltype(persistent)::value;
 #ifndef FLASHATTN_DISABLE_DROPOUT
-  auto kernel = p.dropout_threshold > 0 ? bwd_kernel_sm90<Cfg, Element, true>
-                                        : bwd_kernel_sm90<Cfg, Element, false>;
-#else
-  auto kernel = bwd_kernel_sm90<Cfg, Element, false>;
+      if (dropout)
+        return cells ? bwd_kernel_sm90<Cfg, Element, true, false, false, false, true, P>
+                     : bwd_kernel_sm90<Cfg, Element, true, false, false, false, false, P>;
 #endif
-  if (bwd_score_mod_call(p)) kernel = bwd_kernel_sm90<Cfg, Element, false, false, true>;
+      return score_mod ? bwd_kernel_sm90<Cfg, Element, false, false, true, false, false, P>
+                       : bwd_kernel_sm90<Cfg, Element, false, false, false, false, false, P>;
+    };
+    return persist ? pick(std::true_type{}) : pick(std::false_type{});
+  };
+  const bool dropout = p.dropout_threshold > 0;
+  auto kernel =
+      bwd_score_mod_call(p) ? variant(false, false, true) : variant(dropout, false, false);
   if (p.deterministic) kernel = bwd_kernel_sm90<Cfg, Element, false, false, false, true>;
   // Block-sparse (bwd_sparse_unsupported took it): the list past the tiles.
   const int64_t list_cap = bwd_sparse_list_cap(p, Cfg::kBM);
@@ -248,7 +264,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #ifndef FLASHATTN_DISABLE_DROPOUT
   // bwd_unsupported sends dropout with a score transform, deterministic or a block mask to
   // sm80; were that lifted, the dropout would be lost here, so say so instead.
-  if (p.dropout_threshold > 0 && kernel != bwd_kernel_sm90<Cfg, Element, true>)
+  if (dropout && kernel != variant(true, false, false))
     throw std::runtime_error("flashattn sm90 bwd: a dropout call without the dropout kernel");
 #endif
   const int64_t smem = Cfg::kSmem + bwd_sparse_smem_bytes(p, list_cap);
@@ -256,14 +272,13 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     throw std::runtime_error("flashattn sm90 bwd: a block mask of " + std::to_string(list_cap) +
                              " query tiles needs " + std::to_string(smem) +
                              " bytes of shared memory, above the GPU's");
-  if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
+  if (ctas > INT32_MAX)
     throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
   const int sect = bwd_section_pairs(p, Cfg::kD, order);
   sm80::BwdArgs a = args;
   // Block-sparse: heavy key blocks first (bwd_order_sm90.cuh), ordered on the device into the
   // workspace's entries past the sm80 layout's (bwd_workspace); a workspace without them (the
   // self-test's) keeps the section order.
-  const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
   const int64_t order_at = sm80::bwd_workspace_layout(p, Cfg::kD).i32_elems;
   if (order == BwdOrder::kAuto && sm90_sparse_order_enabled() && bwd_order_entries(p) == ctas &&
       p.workspace_i32 != nullptr && p.workspace_i32_elems >= order_at + ctas) {
@@ -273,25 +288,6 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
         static_cast<int>(grid.y * grid.z), buf);
     a.order = buf;
     FLASHATTN_LAUNCH_CHECK();
-  }
-  const int64_t persist_ctas = sm90_bwd_persist_ctas(p, ctas);
-  const bool persist = persist_ctas > 0;
-  if (persist) {  // the same variants on the persistent grid
-#ifndef FLASHATTN_DISABLE_DROPOUT
-    kernel = p.dropout_threshold > 0 ? bwd_kernel_sm90<Cfg, Element, true, false, false, false,
-                                                       false, true>
-                                     : bwd_kernel_sm90<Cfg, Element, false, false, false, false,
-                                                       false, true>;
-#else
-    kernel = bwd_kernel_sm90<Cfg, Element, false, false, false, false, false, true>;
-#endif
-    if (bwd_score_mod_call(p))
-      kernel = bwd_kernel_sm90<Cfg, Element, false, false, true, false, false, true>;
-#ifndef FLASHATTN_DISABLE_DROPOUT
-    if (p.dropout_threshold > 0 &&
-        kernel != bwd_kernel_sm90<Cfg, Element, true, false, false, false, false, true>)
-      throw std::runtime_error("flashattn sm90 bwd: a dropout call without the dropout kernel");
-#endif
   }
   const dim3 launch_grid = persist ? dim3(static_cast<unsigned>(persist_ctas)) : grid;
   auto launch = [&](decltype(kernel) k) {
@@ -304,8 +300,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   launch(kernel);
 #ifndef FLASHATTN_DISABLE_DROPOUT
   if (dropout_offsets_call(p))  // the cell-by-cell mask's kernel beside it (dropout_lanes.cuh)
-    launch(persist ? bwd_kernel_sm90<Cfg, Element, true, false, false, false, true, true>
-                   : bwd_kernel_sm90<Cfg, Element, true, false, false, false, true>);
+    launch(variant(true, true, false));
 #endif
 }
 
