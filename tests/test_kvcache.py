@@ -190,10 +190,12 @@ def test_kvcache(device, c):
     check_kvcache_call(args, dtype)
 
 
-# The CUDA combine's loops (kernel_decode_sm80.cuh's kForm: the default parallel one, and
-# FLASHATTN_DECODE_COMBINE=serial / batch).
+# The CUDA combine's forms (kernel_decode_sm80.cuh: the default parallel loop,
+# FLASHATTN_DECODE_COMBINE=serial, and the opt-in programmatic dependent launch).
+_COMBINE_ENV = {"default": {}, "serial": {"FLASHATTN_DECODE_COMBINE": "serial"},
+                "pdl": {"FLASHATTN_DECODE_PDL": "1"}}
 _COMBINES = [(d, "default") for d in DEVICES] + \
-    [("cuda", "serial"), ("cuda", "batch")] * ("cuda" in DEVICES)
+    [("cuda", "serial"), ("cuda", "pdl")] * ("cuda" in DEVICES)
 
 
 @pytest.mark.parametrize("device,combine", _COMBINES, ids=[f"{d}-{c}" for d, c in _COMBINES])
@@ -203,8 +205,8 @@ def test_num_splits_same_result(device, combine, paged, hd, monkeypatch):
     """num_splits 1 and several give the same result within tolerance (bitwise on the CPU,
     which ignores it); the caches get the same rows. On CUDA with every combine loop (the
     parallel one's splits past a short sequence's keys are empty: weight 0)."""
-    if combine != "default":
-        monkeypatch.setenv("FLASHATTN_DECODE_COMBINE", combine)
+    for name, value in _COMBINE_ENV[combine].items():
+        monkeypatch.setenv(name, value)
     c = dict(dtype="bf16", hd=(hd, hd), sl=(4, 2048), heads="gqa", new_kv=True,
              new_eq_q=True, rotary=1.0, interleaved=False, paged=paged, causal=True,
              local=False, softcap=0.0, alibi=False, leftpad=False, batch_idx=False,

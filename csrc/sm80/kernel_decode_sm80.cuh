@@ -568,53 +568,17 @@ __device__ __forceinline__ void decode_store_out4(Element* out, int col, int dv,
 // max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the
 // sum when there is one). Rows of no sequence (varlen
 // padding) read the zeroed workspace and write zeros there.
-// kForm, the combine's loop (launch_decode_sm80.cuh picks it per call from
-// FLASHATTN_DECODE_COMBINE): 0 (serial) waits on two dependent loads a split; 1 (par, the
-// default) computes the weights once, lane s holding split s's, and loads the partial outputs
-// of 8 splits back to back without a branch between a split's LSE and its O (on an H100 at
-// 33 splits, batch 1 x 4k keys, GQA 32/8, d 128: 6.4 us against the serial loop's 10.8; its
-// tests at value dims 64 / 96 / 128 / 192 passed there); 2 (batch; not yet run on a GPU, so
-// opt-in) takes the splits in batches of kCombineBatch, each batch's LSEs and partial rows
-// loaded at once (every lane reads the batch's LSEs: one broadcast load each) and the next
-// batch's loads issued before this batch's sums, the first batch's before the max / sum
-// pass, so the loads of a row overlap in about one round trip to L2. An empty split's weight
-// is 0 (its partial row the split kernel wrote as zeros); a split index past the count reads
-// the last split's row with weight 0.
-// 16 splits a batch (234 registers on sm_90a, no spill); 12 on older GPUs (ptxas spilled 60
-// bytes there at 16, 251 registers at 12). Device code only.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-constexpr int kCombineBatch = 12;
-#else
-constexpr int kCombineBatch = 16;
-#endif
-struct CombineBatch {
-  float x[kCombineBatch];   // the splits' LSEs (-inf past the count)
-  float4 v[kCombineBatch];  // four columns of their partial rows
-};
-
-__device__ __forceinline__ void combine_load(CombineBatch& c, const float* lse_part,
-                                             const float* part, int s0, int num_splits,
-                                             int64_t rows_total, int64_t row, int64_t stride) {
-#pragma unroll
-  for (int u = 0; u < kCombineBatch; ++u) {
-    const int si = s0 + u < num_splits ? s0 + u : num_splits - 1;  // in bounds
-    const float x = __ldg(lse_part + int64_t(si) * rows_total + row);
-    c.x[u] = s0 + u < num_splits ? x : -INFINITY;
-    c.v[u] = __ldg(reinterpret_cast<const float4*>(part + si * stride));
-  }
-}
-
-__device__ __forceinline__ void combine_add(const CombineBatch& c, float m, float inv,
-                                            float (&o)[4]) {
-#pragma unroll
-  for (int u = 0; u < kCombineBatch; ++u) {  // selects, not branches (w = 0 adds nothing)
-    const float w = c.x[u] == -INFINITY ? 0.f : expf(c.x[u] - m) * inv;
-    o[0] += w != 0.f ? w * c.v[u].x : 0.f, o[1] += w != 0.f ? w * c.v[u].y : 0.f;
-    o[2] += w != 0.f ? w * c.v[u].z : 0.f, o[3] += w != 0.f ? w * c.v[u].w : 0.f;
-  }
-}
-
-template <typename Element, int kForm>
+// kPar, the combine's loop (launch_decode_sm80.cuh picks it per call: FLASHATTN_DECODE_COMBINE=
+// serial for the serial loop): the serial loop waits on two dependent loads a split; the
+// parallel one (the default) computes the weights once, lane s holding split s's, and loads
+// the partial outputs of 8 splits back to back without a branch between a split's LSE and its
+// O (on an H100 at 33 splits, batch 1 x 4k keys, GQA 32/8, d 128: 6.2-6.4 us against the
+// serial loop's 10.8). A loop over batches of 16 splits with the next batch's loads issued
+// before this batch's sums ran slower there (6.7 us; 7.1 against 6.6 at 1 x 16k, 4.1 against
+// 3.3 at 8 x 4k) and was dropped (2026-12-07). An empty split's weight is 0 (its partial row
+// the split kernel wrote as zeros); a split index past the count reads the last split's row
+// with weight 0. Device code only.
+template <typename Element, bool kPar>
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a, int num_splits) {
   if (a.pdl) decode_wait_prerequisites();  // the split kernel's partials
@@ -624,15 +588,12 @@ __global__ void __launch_bounds__(128)
   const float* lse_part = p.workspace_f32 + a.rows_total * a.dv_pitch * num_splits;
   const int dv = p.headdim_v;
   const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
-  // kForm 1 / 2: split 0's partial row at this lane's columns of pass c0 (a lane past the
-  // head dim reads column 0 and stores nothing); 2: the first batch in flight.
+  // kPar: split 0's partial row at this lane's columns of pass c0 (a lane past the head dim
+  // reads column 0 and stores nothing).
   auto part_at = [&](int c0) {
     const int col = c0 + lane * 4;
     return p.workspace_f32 + row * a.dv_pitch + (col < dv ? col : 0);
   };
-  CombineBatch cur;
-  if constexpr (kForm == 2)
-    combine_load(cur, lse_part, part_at(0), 0, num_splits, a.rows_total, row, stride);
   float m = -INFINITY;
   for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, lse_part[s * a.rows_total + row]);
 #pragma unroll
@@ -663,7 +624,7 @@ __global__ void __launch_bounds__(128)
   const float inv = l > 0.f ? 1.f / l : 0.f;
   Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
                  h * p.o_head_stride;
-  if constexpr (kForm == 1) {
+  if constexpr (kPar) {
     // Every lane runs every pass (the weights travel by __shfl_sync from the lane that holds
     // the split).
     for (int c0 = 0; c0 < dv; c0 += 128) {
@@ -696,22 +657,6 @@ __global__ void __launch_bounds__(128)
         }
       }
       if (col < dv) decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
-    }
-  } else if constexpr (kForm == 2) {
-    for (int c0 = 0; c0 < dv; c0 += 128) {
-      const float* part = part_at(c0);
-      if (c0 > 0) combine_load(cur, lse_part, part, 0, num_splits, a.rows_total, row, stride);
-      float o[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int s0 = 0; s0 < num_splits; s0 += kCombineBatch) {
-        const bool more = s0 + kCombineBatch < num_splits;
-        CombineBatch next;
-        if (more)
-          combine_load(next, lse_part, part, s0 + kCombineBatch, num_splits, a.rows_total, row,
-                       stride);
-        combine_add(cur, m, inv, o);
-        if (more) cur = next;
-      }
-      if (c0 + lane * 4 < dv) decode_store_out4<Element>(out, c0 + lane * 4, dv, a.vec_ok, o);
     }
   } else {
     for (int col = lane * 4; col < dv; col += 128) {

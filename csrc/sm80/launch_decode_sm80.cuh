@@ -117,15 +117,12 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   if (pl.num_splits > 1) {
     const int64_t blocks = (pl.rows_total + 3) / 4;
     if (blocks > 0x7fffffff) throw std::runtime_error("flashattn decode: too many rows");
-    // The combine's loop (kernel_decode_sm80.cuh's kForm), per call from
-    // FLASHATTN_DECODE_COMBINE: "serial", "batch" (not yet run on a GPU), else the default
-    // parallel loop.
+    // The combine's parallel loop (kernel_decode_sm80.cuh's kPar), unless
+    // FLASHATTN_DECODE_COMBINE=serial (read per call: the serial loop, for A/B runs).
     const char* comb = std::getenv("FLASHATTN_DECODE_COMBINE");
     auto combine = comb != nullptr && std::strcmp(comb, "serial") == 0
-                       ? decode_combine_kernel<Element, 0>
-                   : comb != nullptr && std::strcmp(comb, "batch") == 0
-                       ? decode_combine_kernel<Element, 2>
-                       : decode_combine_kernel<Element, 1>;
+                       ? decode_combine_kernel<Element, false>
+                       : decode_combine_kernel<Element, true>;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;

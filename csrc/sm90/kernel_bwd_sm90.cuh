@@ -75,7 +75,7 @@ struct BwdConfig {
   static constexpr int kSmemStat = kSmemDQ + kConsumers * kDQBytes;
   static constexpr int kSmemBar = kSmemStat + kStages * kStatBytes;
   static constexpr int kSmem = kSmemBar + 128 + 1024;
-  static_assert((2 + 2 * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
+  static_assert((1 + 2 * kStages) * 8 <= 128, "the mbarriers fit their 128 bytes");
   static_assert(kSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
   // Named barriers (0 is __syncthreads): both consumers' dS^T written; per consumer, its dQ
   // block written (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
@@ -142,18 +142,12 @@ __device__ __forceinline__ void bwd_store_dk_dv(const sm80::BwdArgs& args, const
 // into stage it % kStages once its last use is read, and its stats (lse in log2 units, D; rows
 // past the sequence: lse +inf, so P = 0 without a mask, and D 0) by all 32 lanes, released
 // with the stage's mbarrier.
-// The persistent kernel (several key blocks a CTA, one after another): it0 = the ring's
-// iterations before this key block (stage and phase count on across key blocks), tile_no =
-// the key blocks this CTA loaded before; from the second on, K and V are loaded once the
-// consumers have released the last ones (kv_empty, phase (tile_no - 1) & 1).
 template <class Cfg, class MBlock>
 __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps& maps,
                                               uint8_t* smem, uint32_t smem0, uint64_t* kv_full,
                                               uint64_t* q_full, uint64_t* q_empty,
                                               const SeqInfo& si, int b, int h, int hk, int n0,
-                                              int n_iters, int lane, MBlock m_block,
-                                              uint64_t* kv_empty = nullptr, int it0 = 0,
-                                              int tile_no = 0) {
+                                              int n_iters, int lane, MBlock m_block) {
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kStages = Cfg::kStages;
   const int tb = p.is_varlen ? 0 : b;  // TMA rows: q_row0 / k_row0 + r
   auto load = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int col, int64_t row,
@@ -161,28 +155,21 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
     if (p.is_varlen) tma_load_3d(dst, map, bar, col, int(row), head);
     else tma_load_4d(dst, map, bar, col, int(row), head, tb);
   };
-  auto load_kv = [&] {
-    if (tile_no > 0) mbar_wait(kv_empty, (tile_no - 1) & 1);
-    if (lane == 0) {
-      mbar_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
+  if (lane == 0) {
+    mbar_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
 #pragma unroll
-      for (int ch = 0; ch < kD / 64; ++ch) {
-        load(smem + Cfg::kSmemK + ch * Cfg::kKVChunk, &maps.k, kv_full, ch * 64,
-             si.k_row0 + n0, hk);
-        load(smem + Cfg::kSmemV + ch * Cfg::kKVChunk, &maps.v, kv_full, ch * 64,
-             si.k_row0 + n0, hk);
-      }
+    for (int ch = 0; ch < kD / 64; ++ch) {
+      load(smem + Cfg::kSmemK + ch * Cfg::kKVChunk, &maps.k, kv_full, ch * 64, si.k_row0 + n0,
+           hk);
+      load(smem + Cfg::kSmemV + ch * Cfg::kKVChunk, &maps.v, kv_full, ch * 64, si.k_row0 + n0,
+           hk);
     }
-  };
-  // After the first key block, this one's first stages are loaded as the last block's steps
-  // free them, then K and V once the consumers release the last ones (after its last step).
-  const int pre = tile_no > 0 ? min(kStages, n_iters) : 0;
-  if (pre == 0) load_kv();
+  }
   const float* lse = p.lse_ptr + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
   const float* dsum = p.dsoftmax_sum + b * p.lse_batch_stride + h * p.lse_head_stride + si.q_row0;
 #pragma unroll 1
   for (int it = 0; it < n_iters; ++it) {
-    const int stage = (it0 + it) % kStages, use = (it0 + it) / kStages, m0 = m_block(it) * kBM;
+    const int stage = it % kStages, use = it / kStages, m0 = m_block(it) * kBM;
     // The block's stats, loaded before the wait so the latency hides under it.
     float l2[kBM / 32], dd[kBM / 32];
 #pragma unroll
@@ -214,7 +201,6 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
       sts_f32(stat + (kBM + r * 32 + lane) * 4, dd[r]);
     }
     mbar_arrive(q_full + stage);  // release: the stats stores above come with it
-    if (it + 1 == pre) load_kv();
   }
 }
 
@@ -228,10 +214,7 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // counts itself (sm80's sem_wait / sem_release). The CTAs visit their query blocks from the
 // last down (bwd_m_block), so all key blocks of a query block reach it at the same step,
 // and each waits only on lower key blocks, dispatched before it.
-// kPersist (the persistent kernel): every iteration's staging areas are handed back, the last
-// one's too (the consumers take them again at the next key block, and sync once more at the
-// end to match), and the final completion wait is the caller's, after its last key block.
-template <class Cfg, bool kDet = false, bool kPersist = false, class MBlock>
+template <class Cfg, bool kDet = false, class MBlock>
 __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const BwdMaps& maps,
                                             uint32_t smem0, const SeqInfo& si, const MaskInfo& mi,
                                             int b, int h, int n_block, int n_iters, int lane,
@@ -274,7 +257,7 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
         sm80::bwd_detail::sem_release(sem);
       }
     }
-    if (kPersist || it + 1 < n_iters) {  // the consumers wait for these before their next block
+    if (it + 1 < n_iters) {  // the consumers wait for these only before their next block
       if (lane == 0) bulk_wait_read<1>();
       __syncwarp();
       named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
@@ -283,7 +266,7 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
       named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
     }
   }
-  if (!kPersist && lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
+  if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
 }
 
 // A consumer's dQ block (an m64nkCols fp32 accumulator) into the reduce's staging layout,
@@ -468,19 +451,10 @@ __device__ __forceinline__ void bwd_dscores_st(float (&dpt)[kN / 2], const float
 // an empty list writes dK = dV = 0.
 // Has_score_mod: softcap and / or ALiBi (bwd_score_mod; calls without dropout or a block mask).
 // Is_det: deterministic=True (bwd_dq_warp's and bwd_dkv_turn_*'s orders; plain calls only).
-// Is_persist (not with Is_sparse or Is_det; FLASHATTN_SM90_BWD_PERSIST, launch_bwd_sm90.cuh):
-// a persistent grid of at most one CTA per SM, CTA i taking the key blocks at positions i, i +
-// gridDim.x, ... of the section order over nb key blocks x heads x batch: the ring's stages and
-// phases count on across key blocks (it0 + it), the next key block's Q / dO stages load under
-// this one's last steps, its K / V once the consumers release the last (kv_empty) while they
-// store dK / dV, and the dQ staging areas are handed back after every step (bwd_dq_warp's
-// kPersist). Without it the loops below run one key block, the CTA's own.
 template <class Cfg, typename Element, bool Has_dropout, bool Is_sparse, bool Has_score_mod,
-          bool Is_det, bool kCells, bool Is_persist = false>
+          bool Is_det, bool kCells>
 __device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const BwdMaps& maps,
-                                              int sect, int list_cap, int nb, int heads,
-                                              int batch) {
-  static_assert(!Is_persist || (!Is_sparse && !Is_det), "persistent: plain, dropout, score-mod");
+                                              int sect, int list_cap) {
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN, kStages = Cfg::kStages;
   // setmaxnreg below moves registers within the CTA's pool (kThreads x 168 at 384 threads).
   static_assert(24 + Cfg::kConsumers * 240 <=
@@ -494,37 +468,18 @@ __device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const B
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBar);
   uint64_t* q_full = kv_full + 1;
   uint64_t* q_empty = q_full + kStages;
-  uint64_t* kv_empty = q_empty + kStages;  // Is_persist: K / V read by both consumers
-  // One key block of (head, sequence): its coordinates, its query blocks (those with a query
-  // that sees some key of it, bwd_layout_sm90.h); n_iters -1 past a varlen sequence (nothing
-  // to do, nothing written).
-  struct Tile {
-    int n_block, h, b, hk, n0, m_lo, n_iters;
-    SeqInfo si;
-    MaskInfo mi;
-  };
-  auto tile_at = [&](int64_t lin) {
-    Tile tl;
-    if constexpr (Is_persist) {
-      bwd_coord_of(lin, sect, nb, heads, heads * batch, tl.n_block, tl.h, tl.b);
-    } else {
-      (void)lin;
-      bwd_block_coord(sect, tl.n_block, tl.h, tl.b, Is_sparse ? args.order : nullptr);
-    }
-    tl.hk = tl.h / args.group;
-    tl.si = sm80::bwd_detail::seq_info_clamped(p, tl.b);
-    tl.n0 = tl.n_block * kBN;
-    tl.mi = MaskInfo{tl.si.seqlen_q, tl.si.seqlen_k, p.window_left, p.window_right,
-                     pos_shift_of(p, tl.b)};
-    const QueryBlockRange qr = bwd_query_blocks(tl.mi, tl.n_block, kBM, kBN);
-    tl.m_lo = qr.m_lo;
-    tl.n_iters = tl.n0 >= tl.si.seqlen_k ? -1 : qr.count;
-    return tl;
-  };
-  // This CTA's key blocks: positions lin_first, + lin_step, ... below lin_end.
-  const int64_t lin_first = Is_persist ? blockIdx.x : 0;
-  const int64_t lin_step = Is_persist ? gridDim.x : 1;
-  const int64_t lin_end = Is_persist ? int64_t(nb) * heads * batch : 1;
+  int n_block, h, b;
+  bwd_block_coord(sect, n_block, h, b, Is_sparse ? args.order : nullptr);
+  const int hk = h / args.group;
+  const SeqInfo si = sm80::bwd_detail::seq_info_clamped(p, b);
+  const int n0 = n_block * kBN;
+  if (n0 >= si.seqlen_k) return;  // varlen: past this sequence (the whole CTA leaves)
+  const MaskInfo mi{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right,
+                    pos_shift_of(p, b)};
+  // The query blocks with a query that sees some key of the block (bwd_layout_sm90.h).
+  const QueryBlockRange qr = bwd_query_blocks(mi, n_block, kBM, kBN);
+  const int m_lo = qr.m_lo;
+  int n_iters = qr.count;
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   if (threadIdx.x == 0) {
@@ -533,255 +488,212 @@ __device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const B
       mbar_init(q_full + s, 1 + 32);  // warp 0: lane 0's expect-tx, then every lane's stats
       mbar_init(q_empty + s, Cfg::kConsumers * 128);
     }
-    mbar_init(kv_empty, Cfg::kConsumers * 128);
     mbar_init_fence();
   }
-  // Block-sparse (one key block a CTA): the list (and its count) past the mbarriers, built
-  // before the roles split.
+  // Block-sparse: the list (and its count) past the mbarriers, built before the roles split.
   int* list = reinterpret_cast<int*>(smem + Cfg::kSmemBar + 128);
-  int sparse_iters = 0;
   if constexpr (Is_sparse) {
-    const Tile tl = tile_at(0);
-    if (tl.n_iters < 0) return;  // past the sequence (the whole CTA leaves)
     if (threadIdx.x < 32) {
       const SparseAxes axes{p.q_num_blocks, p.q_indices,
-                            tl.b * p.bs_t_batch_stride + tl.h * p.bs_t_head_stride,
+                            b * p.bs_t_batch_stride + h * p.bs_t_head_stride,
                             p.n_kblocks, p.n_qblocks, p.block_n, p.block_m};
-      const int cnt = build_sparse_tiles<kBN, kBM>(axes, tl.n0, tl.si.seqlen_k, tl.m_lo,
-                                                   tl.m_lo + tl.n_iters, list + 1, nullptr,
-                                                   list_cap, lane);
+      const int cnt = build_sparse_tiles<kBN, kBM>(axes, n0, si.seqlen_k, m_lo, m_lo + n_iters,
+                                                   list + 1, nullptr, list_cap, lane);
       if (lane == 0) list[0] = min(cnt, list_cap);
     }
     __syncthreads();
-    sparse_iters = list[0];
+    n_iters = list[0];
   } else {
     __syncthreads();
   }
-  // A key block's tile with its step count (the block-sparse list's), or n_iters -1.
-  auto tile_of = [&](int64_t lin) {
-    Tile tl = tile_at(lin);
-    if (Is_sparse && tl.n_iters >= 0) tl.n_iters = sparse_iters;
-    return tl;
-  };
+  // The query block of iteration it.
+  auto m_block = [&](int it) { return bwd_m_block<Is_det, Is_sparse>(it, m_lo, n_iters, list); };
 
   if (wg == 0) {
     setmaxnreg_dec<24>();  // 24 + 2 x 240 = 3 x 168, the CTA's pool (more: the increase hangs)
-    if (warp > 1) return;
-    int it0 = 0, tile_no = 0;
-    for (int64_t lin = lin_first; lin < lin_end; lin += lin_step) {
-      const Tile tl = tile_of(lin);
-      if (tl.n_iters <= 0) continue;
-      // The query block of iteration it.
-      auto m_block = [&](int it) {
-        return bwd_m_block<Is_det, Is_sparse>(it, tl.m_lo, tl.n_iters, list);
-      };
-      if (warp == 0)
-        bwd_load_warp<Cfg>(p, maps, smem, smem0, kv_full, q_full, q_empty, tl.si, tl.b, tl.h,
-                           tl.hk, tl.n0, tl.n_iters, lane, m_block, kv_empty, it0, tile_no);
-      else
-        bwd_dq_warp<Cfg, Is_det, Is_persist>(args, maps, smem0, tl.si, tl.mi, tl.b, tl.h,
-                                             tl.n_block, tl.n_iters, lane, m_block);
-      it0 += tl.n_iters;
-      ++tile_no;
-    }
-    if (Is_persist && warp == 1 && lane == 0) bulk_wait<0>();  // the adds complete first
+    if (n_iters == 0 || warp > 1) return;
+    if (warp == 0)
+      bwd_load_warp<Cfg>(p, maps, smem, smem0, kv_full, q_full, q_empty, si, b, h, hk, n0,
+                         n_iters, lane, m_block);
+    else
+      bwd_dq_warp<Cfg, Is_det>(args, maps, smem0, si, mi, b, h, n_block, n_iters, lane,
+                               m_block);
     return;
   }
 
   setmaxnreg_inc<240>();
   const int c = wg - 1;
-  int it0 = 0, tile_no = 0;  // the steps and the key blocks with steps before this one
-  for (int64_t lin = lin_first; lin < lin_end; lin += lin_step) {
-    const Tile tl = tile_of(lin);
-    if (tl.n_iters < 0) continue;
-    const int n_block = tl.n_block, h = tl.h, b = tl.b, hk = tl.hk, n0 = tl.n0;
-    const int m_lo = tl.m_lo, n_iters = tl.n_iters;
-    const SeqInfo& si = tl.si;
-    const MaskInfo& mi = tl.mi;
-    auto m_block = [&](int it) { return bwd_m_block<Is_det, Is_sparse>(it, m_lo, n_iters, list); };
-    // This thread's keys (the accumulators' rows): kr[0], kr[1] = kr[0] + 8, and the queries
-    // that see each, [qb, qe) (empty for keys past the sequence).
-    int kr[2], qb[2], qe[2];
+  // This thread's keys (the accumulators' rows): kr[0], kr[1] = kr[0] + 8, and the queries
+  // that see each, [qb, qe) (empty for keys past the sequence).
+  int kr[2], qb[2], qe[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      kr[r] = n0 + c * 64 + warp * 16 + lane / 4 + 8 * r;
-      const bool in = kr[r] < si.seqlen_k;
-      qb[r] = in ? mi.query_begin(kr[r]) : 0;
-      qe[r] = in ? mi.query_end(kr[r]) : 0;
-    }
-    // A query block needs the element mask unless all its queries see all 128 keys (then the
-    // block's keys are inside the sequence; its rows past the sequence get P = 0 from lse).
-    const bool keys_in = n0 + kBN <= si.seqlen_k;
-    const int full_lo = keys_in ? mi.query_begin(n0 + kBN - 1) : 0;
-    const int full_hi = keys_in ? mi.query_end(n0) : 0;
-    const float scale_log2 = p.softmax_scale_log2;
-    const BwdScoreMod smod = Has_score_mod ? bwd_score_mod(p, b, h, mi) : BwdScoreMod{};
-    DropoutRng rng{};
-    if constexpr (Has_dropout)
-      rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, q_pos_of(p, b), k_pos_of(p, b));
-    float dk[kD / 2], dv[kD / 2];
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
-    const uint32_t k_smem = smem0 + Cfg::kSmemK;
-    const uint32_t k_keys = k_smem + c * 64 * 128;  // this warpgroup's 64 keys (K, V rows)
-    const uint32_t v_keys = smem0 + Cfg::kSmemV + c * 64 * 128;
-    const uint32_t dq_smem = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
-    // dQ block c: A = dS (64 queries of the chunk x 128 keys, M-major), B = K (128 keys x 64
-    // columns of the chunk, N-major).
-    const uint32_t ds_chunk = (Cfg::kDqByRows ? c : 0) * Cfg::kDSChunk;
-    const uint64_t dq_b_desc =
-        gmma_desc_sw128(k_smem + (Cfg::kDqByRows ? 0 : c) * Cfg::kKVChunk, Cfg::kKVChunk, 1024);
-    const uint64_t k_desc = gmma_desc_sw128(k_keys, 16, 1024);
-    const uint64_t v_desc = gmma_desc_sw128(v_keys, 16, 1024);
-
-    if (n_iters > 0) mbar_wait(kv_full, tile_no & 1);
-    for (int it = 0; it < n_iters; ++it) {
-      const int g = it0 + it;  // the ring's step (across key blocks)
-      const int stage = g % kStages, m0 = m_block(it) * kBM;
-      const uint32_t q_base = smem0 + Cfg::kSmemQ + stage * Cfg::kQBytes;
-      const uint32_t do_base = smem0 + Cfg::kSmemDO + stage * Cfg::kQBytes;
-      const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;
-      const uint32_t ds_base = smem0 + Cfg::kSmemDS + (g & 1) * Cfg::kDSBytes;
-      const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
-      // Dropout: which of this thread's kBM / 2 elements the forward kept (bwd_keep_bits_st),
-      // drawn before this block's MMAs hold their accumulators (under them the Philox rounds
-      // spilled ~100 bytes) and held to dS^T.
-      uint32_t zbits[(kBM / 2 + 31) / 32];
-      if constexpr (Has_dropout)
-        bwd_keep_bits_st<kBM, kCells>(rng, m0 >> 4, (n0 + c * 64 + warp * 16) >> 4, lane, zbits);
-      auto z = [&](int i) {  // element i's dropout factor (1 without dropout)
-        if constexpr (Has_dropout) return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f;
-        return 1.f;
-      };
-      mbar_wait(q_full + stage, (g / kStages) & 1);
-      float st[kBM / 2], dpt[kBM / 2];
-      // acc = A B^T over kD, both K-major: A this warpgroup's 64 keys, B the kBM queries.
-      auto mma_keys_queries = [&](float (&acc)[kBM / 2], uint64_t a_desc, uint32_t b_base) {
-        const uint64_t b_desc = gmma_desc_sw128(b_base, 16, 1024);
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
-          wgmma_ss<false, Element>(acc, desc_add(a_desc, (kk / 4) * Cfg::kKVChunk + in_row),
-                                   desc_add(b_desc, (kk / 4) * Cfg::kQChunk + in_row), kk > 0);
-        }
-      };
-      wgmma_fence();
-      mma_keys_queries(st, k_desc, q_base);  // S^T = K Q^T
-      wgmma_commit();
-      mma_keys_queries(dpt, v_desc, do_base);  // dP^T = V dO^T
-      wgmma_commit();
-      wgmma_wait<1>();
-      wgmma_fence_operands(st);
-      // P^T = exp2(score(S^T) - lse2), this thread's query columns j * 8 + (lane % 4) * 2 + e.
-      __half2 dth[Has_score_mod ? kBM / 4 : 1];
-      bwd_probs_st<kBM, Has_score_mod, Cfg::kAblate != 2>(st, dth, stat, m0, lane, kr, qb, qe,
-                                                          masked, scale_log2, smod);
-      uint32_t ap[kBM / 16][4], ads[kBM / 16][4];  // P^T, dS^T packed as A operands (K = queries)
-      const uint64_t do_desc = gmma_desc_sw128(do_base, Cfg::kQChunk, 1024);
-      auto mma_dv = [&] {  // dV += P^T dO
-#pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int i = 8 * kk + 2 * q;
-            ap[kk][q] = pack_x2<Element>(st[i] * z(i), st[i + 1] * z(i + 1));  // P^T Z scale
-          }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk)  // 16 queries = 16 rows of 128 bytes
-          wgmma_rs<true, Element>(dv, ap[kk], desc_add(do_desc, kk * 16 * 128), 1);
-        wgmma_commit();
-      };
-      if constexpr (Cfg::kDvEarly) {
-        mma_dv();
-        wgmma_wait<1>();  // dP^T done; dV may still run
-      } else {
-        wgmma_wait<0>();
-      }
-      wgmma_fence_operands(dpt);
-      bwd_dscores_st<kBM, Has_score_mod>(dpt, st, dth, stat + kBM * 4, lane, smod.has_cap, z);
-#pragma unroll
-      for (int kk = 0; kk < kBM / 16; ++kk)
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          ads[kk][q] = pack_x2<Element>(dpt[8 * kk + 2 * q], dpt[8 * kk + 2 * q + 1]);
-      if constexpr (!Cfg::kDvEarly) mma_dv();
-      // dS^T into shared memory: row = key (of 128), 64-query chunks of 128-byte rows swizzled
-      // (16-byte unit XOR row % 8, row % 8 = lane / 4): the M-major A of dQ = dS K.
-#pragma unroll
-      for (int j = 0; j < kBM / 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = c * 64 + warp * 16 + lane / 4 + 8 * r;
-          const uint32_t off = (j / 8) * Cfg::kDSChunk + row * 128 +
-                               (((j % 8) ^ (lane / 4)) * 16) + (lane % 4) * 4;
-          sts_u32(ds_base + off, ads[j / 2][(j % 2) * 2 + r]);  // = dS^T (row, j * 8 + ...)
-        }
-      fence_async_shared();
-      // Both consumers' dS^T are written. Also orders the buffer's reuse two blocks on: each
-      // consumer's dQ MMAs of block it - 2 completed before it reached this barrier at it - 1.
-      named_bar_sync(Cfg::kBarDS, Cfg::kConsumers * 128);
-      float dq[32];
-      wgmma_fence();  // ads was written since the last fence
-      const uint64_t dq_a_desc = gmma_desc_sw128(ds_base + ds_chunk, Cfg::kDSChunk, 1024);
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)  // K = the 128 keys, 16 rows of 128 bytes a step
-        wgmma_ss<true, Element, true>(dq, desc_add(dq_a_desc, kk * 16 * 128),
-                                      desc_add(dq_b_desc, kk * 16 * 128), kk > 0);
-      wgmma_commit();
-      const uint64_t q_desc = gmma_desc_sw128(q_base, Cfg::kQChunk, 1024);
-#pragma unroll
-      for (int kk = 0; kk < kBM / 16; ++kk)
-        wgmma_rs<true, Element>(dk, ads[kk], desc_add(q_desc, kk * 16 * 128), 1);
-      wgmma_commit();
-      wgmma_wait<1>();  // dV and dQ done; dK may still run
-      wgmma_fence_operands(dq);
-      if (g > 0) named_bar_sync(Cfg::kBarDQEmpty + c, Cfg::kDQBarThreads);  // last block read
-      bwd_stage_dq<64, Cfg::kDQChunk, Cfg::kAblate != 3>(dq_smem, dq, warp, lane);  // for warp 1
-      fence_async_shared();
-      named_bar_arrive(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
-      wgmma_wait<0>();
-      wgmma_fence_operands(dk);
-      wgmma_fence_operands(dv);
-      mbar_arrive(q_empty + stage);  // Q, dO and the stats of this stage are read
-    }
-    if (n_iters > 0) {
-      mbar_arrive(kv_empty);  // K and V read (every MMA of the key block completed)
-      it0 += n_iters;
-      ++tile_no;
-    }
-
-    // dK (scaled) and dV (nothing to add from a key block that saw no query block under GQA).
-    if constexpr (Is_det) {
-      if (args.dk_accum != nullptr) {  // GQA: in head order, a turn taken even with nothing to add
-        int* sem = bwd_dkv_turn_wait<Cfg>(args, b, h, hk, n_block);
-        if (n_iters > 0) bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
-        bwd_dkv_turn_end<Cfg>(sem);
-        continue;
-      }
-    }
-    if (args.dk_accum != nullptr && n_iters == 0) continue;
-    bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
+  for (int r = 0; r < 2; ++r) {
+    kr[r] = n0 + c * 64 + warp * 16 + lane / 4 + 8 * r;
+    const bool in = kr[r] < si.seqlen_k;
+    qb[r] = in ? mi.query_begin(kr[r]) : 0;
+    qe[r] = in ? mi.query_end(kr[r]) : 0;
   }
-  // The dQ warp handed the last step's staging area back too (bwd_dq_warp's kPersist).
-  if (Is_persist && it0 > 0) named_bar_sync(Cfg::kBarDQEmpty + c, Cfg::kDQBarThreads);
+  // A query block needs the element mask unless all its queries see all 128 keys (then the
+  // block's keys are inside the sequence; its rows past the sequence get P = 0 from lse).
+  const bool keys_in = n0 + kBN <= si.seqlen_k;
+  const int full_lo = keys_in ? mi.query_begin(n0 + kBN - 1) : 0;
+  const int full_hi = keys_in ? mi.query_end(n0) : 0;
+  const float scale_log2 = p.softmax_scale_log2;
+  const BwdScoreMod smod = Has_score_mod ? bwd_score_mod(p, b, h, mi) : BwdScoreMod{};
+  DropoutRng rng{};
+  if constexpr (Has_dropout)
+    rng = dropout_rng(p.rng_state, p.dropout_threshold, b, h, q_pos_of(p, b), k_pos_of(p, b));
+  float dk[kD / 2], dv[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
+  const uint32_t k_smem = smem0 + Cfg::kSmemK;
+  const uint32_t k_keys = k_smem + c * 64 * 128;  // this warpgroup's 64 keys (K, V rows)
+  const uint32_t v_keys = smem0 + Cfg::kSmemV + c * 64 * 128;
+  const uint32_t dq_smem = smem0 + Cfg::kSmemDQ + c * Cfg::kDQBytes;
+  // dQ block c: A = dS (64 queries of the chunk x 128 keys, M-major), B = K (128 keys x 64
+  // columns of the chunk, N-major).
+  const uint32_t ds_chunk = (Cfg::kDqByRows ? c : 0) * Cfg::kDSChunk;
+  const uint64_t dq_b_desc =
+      gmma_desc_sw128(k_smem + (Cfg::kDqByRows ? 0 : c) * Cfg::kKVChunk, Cfg::kKVChunk, 1024);
+  const uint64_t k_desc = gmma_desc_sw128(k_keys, 16, 1024);
+  const uint64_t v_desc = gmma_desc_sw128(v_keys, 16, 1024);
+
+  if (n_iters > 0) mbar_wait(kv_full, 0);
+  for (int it = 0; it < n_iters; ++it) {
+    const int stage = it % kStages, m0 = m_block(it) * kBM;
+    const uint32_t q_base = smem0 + Cfg::kSmemQ + stage * Cfg::kQBytes;
+    const uint32_t do_base = smem0 + Cfg::kSmemDO + stage * Cfg::kQBytes;
+    const uint32_t stat = smem0 + Cfg::kSmemStat + stage * Cfg::kStatBytes;
+    const uint32_t ds_base = smem0 + Cfg::kSmemDS + (it & 1) * Cfg::kDSBytes;
+    const bool masked = !keys_in || m0 < full_lo || min(m0 + kBM, si.seqlen_q) > full_hi;
+    // Dropout: which of this thread's kBM / 2 elements the forward kept (bwd_keep_bits_st),
+    // drawn before this block's MMAs hold their accumulators (under them the Philox rounds
+    // spilled ~100 bytes) and held to dS^T.
+    uint32_t zbits[(kBM / 2 + 31) / 32];
+    if constexpr (Has_dropout)
+      bwd_keep_bits_st<kBM, kCells>(rng, m0 >> 4, (n0 + c * 64 + warp * 16) >> 4, lane, zbits);
+    auto z = [&](int i) {  // element i's dropout factor (1 without dropout)
+      if constexpr (Has_dropout) return (zbits[i / 32] >> (i % 32)) & 1u ? p.dropout_scale : 0.f;
+      return 1.f;
+    };
+    mbar_wait(q_full + stage, (it / kStages) & 1);
+    float st[kBM / 2], dpt[kBM / 2];
+    // acc = A B^T over kD, both K-major: A this warpgroup's 64 keys, B the kBM queries.
+    auto mma_keys_queries = [&](float (&acc)[kBM / 2], uint64_t a_desc, uint32_t b_base) {
+      const uint64_t b_desc = gmma_desc_sw128(b_base, 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t in_row = (kk % 4) * 32;  // 16 columns of a 128-byte row
+        wgmma_ss<false, Element>(acc, desc_add(a_desc, (kk / 4) * Cfg::kKVChunk + in_row),
+                                 desc_add(b_desc, (kk / 4) * Cfg::kQChunk + in_row), kk > 0);
+      }
+    };
+    wgmma_fence();
+    mma_keys_queries(st, k_desc, q_base);  // S^T = K Q^T
+    wgmma_commit();
+    mma_keys_queries(dpt, v_desc, do_base);  // dP^T = V dO^T
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_fence_operands(st);
+    // P^T = exp2(score(S^T) - lse2), this thread's query columns j * 8 + (lane % 4) * 2 + e.
+    __half2 dth[Has_score_mod ? kBM / 4 : 1];
+    bwd_probs_st<kBM, Has_score_mod, Cfg::kAblate != 2>(st, dth, stat, m0, lane, kr, qb, qe,
+                                                        masked, scale_log2, smod);
+    uint32_t ap[kBM / 16][4], ads[kBM / 16][4];  // P^T, dS^T packed as A operands (K = queries)
+    const uint64_t do_desc = gmma_desc_sw128(do_base, Cfg::kQChunk, 1024);
+    auto mma_dv = [&] {  // dV += P^T dO
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int i = 8 * kk + 2 * q;
+          ap[kk][q] = pack_x2<Element>(st[i] * z(i), st[i + 1] * z(i + 1));  // P^T Z scale
+        }
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)  // 16 queries = 16 rows of 128 bytes
+        wgmma_rs<true, Element>(dv, ap[kk], desc_add(do_desc, kk * 16 * 128), 1);
+      wgmma_commit();
+    };
+    if constexpr (Cfg::kDvEarly) {
+      mma_dv();
+      wgmma_wait<1>();  // dP^T done; dV may still run
+    } else {
+      wgmma_wait<0>();
+    }
+    wgmma_fence_operands(dpt);
+    bwd_dscores_st<kBM, Has_score_mod>(dpt, st, dth, stat + kBM * 4, lane, smod.has_cap, z);
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        ads[kk][q] = pack_x2<Element>(dpt[8 * kk + 2 * q], dpt[8 * kk + 2 * q + 1]);
+    if constexpr (!Cfg::kDvEarly) mma_dv();
+    // dS^T into shared memory: row = key (of 128), 64-query chunks of 128-byte rows swizzled
+    // (16-byte unit XOR row % 8, row % 8 = lane / 4): the M-major A of dQ = dS K.
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = c * 64 + warp * 16 + lane / 4 + 8 * r;
+        const uint32_t off = (j / 8) * Cfg::kDSChunk + row * 128 +
+                             (((j % 8) ^ (lane / 4)) * 16) + (lane % 4) * 4;
+        sts_u32(ds_base + off, ads[j / 2][(j % 2) * 2 + r]);  // = dS^T (row, j * 8 + ...)
+      }
+    fence_async_shared();
+    // Both consumers' dS^T are written. Also orders the buffer's reuse two blocks on: each
+    // consumer's dQ MMAs of block it - 2 completed before it reached this barrier at it - 1.
+    named_bar_sync(Cfg::kBarDS, Cfg::kConsumers * 128);
+    float dq[32];
+    wgmma_fence();  // ads was written since the last fence
+    const uint64_t dq_a_desc = gmma_desc_sw128(ds_base + ds_chunk, Cfg::kDSChunk, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)  // K = the 128 keys, 16 rows of 128 bytes a step
+      wgmma_ss<true, Element, true>(dq, desc_add(dq_a_desc, kk * 16 * 128),
+                                    desc_add(dq_b_desc, kk * 16 * 128), kk > 0);
+    wgmma_commit();
+    const uint64_t q_desc = gmma_desc_sw128(q_base, Cfg::kQChunk, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+      wgmma_rs<true, Element>(dk, ads[kk], desc_add(q_desc, kk * 16 * 128), 1);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dQ done; dK may still run
+    wgmma_fence_operands(dq);
+    if (it > 0) named_bar_sync(Cfg::kBarDQEmpty + c, Cfg::kDQBarThreads);  // last block read
+    bwd_stage_dq<64, Cfg::kDQChunk, Cfg::kAblate != 3>(dq_smem, dq, warp, lane);  // for warp 1
+    fence_async_shared();
+    named_bar_arrive(Cfg::kBarDQFull + c, Cfg::kDQBarThreads);
+    wgmma_wait<0>();
+    wgmma_fence_operands(dk);
+    wgmma_fence_operands(dv);
+    mbar_arrive(q_empty + stage);  // Q, dO and the stats of this stage are read
+  }
+
+  // dK (scaled) and dV (nothing to add from a key block that saw no query block under GQA).
+  if constexpr (Is_det) {
+    if (args.dk_accum != nullptr) {  // GQA: in head order, a turn taken even with nothing to add
+      int* sem = bwd_dkv_turn_wait<Cfg>(args, b, h, hk, n_block);
+      if (n_iters > 0) bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
+      bwd_dkv_turn_end<Cfg>(sem);
+      return;
+    }
+  }
+  if (args.dk_accum != nullptr && n_iters == 0) return;
+  bwd_store_dk_dv<Element, kD, kD>(args, si, b, hk, kr, 0, lane, dk, dv);
 }
 
 // The kernel: the body above, kCells its dropout mask path (dropout_lanes.cuh); a dropout call
 // with position offsets launches both kernels and the one that does not match returns at once.
-// Is_persist: the persistent grid (bwd_body_sm90), over nb key blocks x heads x batch.
 template <class Cfg, typename Element, bool Has_dropout = false, bool Is_sparse = false,
-          bool Has_score_mod = false, bool Is_det = false, bool kCells = false,
-          bool Is_persist = false>
+          bool Has_score_mod = false, bool Is_det = false, bool kCells = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ sm80::BwdArgs args,
-                    const __grid_constant__ BwdMaps maps, int sect, int list_cap, int nb,
-                    int heads, int batch) {
+                    const __grid_constant__ BwdMaps maps, int sect, int list_cap) {
   if constexpr (Has_dropout) {
     if (dropout_cells_call(args.p) != kCells) return;
   }
-  bwd_body_sm90<Cfg, Element, Has_dropout, Is_sparse, Has_score_mod, Is_det, kCells,
-                Is_persist>(args, maps, sect, list_cap, nb, heads, batch);
+  bwd_body_sm90<Cfg, Element, Has_dropout, Is_sparse, Has_score_mod, Is_det, kCells>(
+      args, maps, sect, list_cap);
 }
 
 }  // namespace flashattn::sm90

@@ -8,7 +8,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "../common/cuda_check.h"
 #include "../common/tile_policy.h"
@@ -197,22 +196,6 @@ BwdMaps bwd_tensor_maps(const sm80::BwdArgs& args, int kD, int kBM, int kBN) {
       dq_accum_map(args.dq_accum, kD, rows_q, p.nheads, batch)};
 }
 
-// The persistent grid of the 64 / 128 kernel (kernel_bwd_sm90.cuh's Is_persist: at most one
-// CTA per SM, each walking key blocks in the launch order, the next one's loads under the last
-// one's steps and dK / dV stores): FLASHATTN_SM90_BWD_PERSIST=1 (read per call; off until its
-// tests and timing have run on a GPU), for calls that are not deterministic and have no block
-// mask, whose grid is more than one CTA per SM. Its CTA count (0: not persistent):
-// FLASHATTN_SM90_BWD_PERSIST_CTAS caps it (the tests' knob: a few CTAs walk many key blocks
-// on small problems).
-inline int64_t sm90_bwd_persist_ctas(const BwdParams& p, int64_t ctas) {
-  if (!env_is("FLASHATTN_SM90_BWD_PERSIST", '1') || p.deterministic ||
-      p.q_num_blocks != nullptr)
-    return 0;
-  const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  const int cap = env_capped("FLASHATTN_SM90_BWD_PERSIST_CTAS", "CTAs", sms);
-  return ctas > cap ? cap : 0;
-}
-
 // The main kernel on args prepared as the sm80 backward prepares them (dq_accum zeroed; for
 // GQA dk_accum / dv_accum zeroed, else nullptr and dK / dV written directly).
 template <class Cfg, typename Element>
@@ -227,28 +210,13 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   const BwdMaps maps = bwd_tensor_maps<Element>(args, Cfg::kD, Cfg::kBM, Cfg::kBN);
   const dim3 grid(static_cast<unsigned>((p.seqlen_k + Cfg::kBN - 1) / Cfg::kBN), p.nheads,
                   p.batch);
-  const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
-  const int64_t persist_ctas = sm90_bwd_persist_ctas(p, ctas);
-  const bool persist = persist_ctas > 0;
-  // The kernel of (dropout, cell-by-cell mask, score transform) on the grid chosen (the
-  // persistent one takes neither deterministic calls nor block masks: sm90_bwd_persist_ctas).
-  auto variant = [&](bool dropout, bool cells, bool score_mod) {
-    using K = decltype(&bwd_kernel_sm90<Cfg, Element>);
-    auto pick = [&](auto persistent) -> K {
-      constexpr bool P = decltype(persistent)::value;
 #ifndef FLASHATTN_DISABLE_DROPOUT
-      if (dropout)
-        return cells ? bwd_kernel_sm90<Cfg, Element, true, false, false, false, true, P>
-                     : bwd_kernel_sm90<Cfg, Element, true, false, false, false, false, P>;
+  auto kernel = p.dropout_threshold > 0 ? bwd_kernel_sm90<Cfg, Element, true>
+                                        : bwd_kernel_sm90<Cfg, Element, false>;
+#else
+  auto kernel = bwd_kernel_sm90<Cfg, Element, false>;
 #endif
-      return score_mod ? bwd_kernel_sm90<Cfg, Element, false, false, true, false, false, P>
-                       : bwd_kernel_sm90<Cfg, Element, false, false, false, false, false, P>;
-    };
-    return persist ? pick(std::true_type{}) : pick(std::false_type{});
-  };
-  const bool dropout = p.dropout_threshold > 0;
-  auto kernel =
-      bwd_score_mod_call(p) ? variant(false, false, true) : variant(dropout, false, false);
+  if (bwd_score_mod_call(p)) kernel = bwd_kernel_sm90<Cfg, Element, false, false, true>;
   if (p.deterministic) kernel = bwd_kernel_sm90<Cfg, Element, false, false, false, true>;
   // Block-sparse (bwd_sparse_unsupported took it): the list past the tiles.
   const int64_t list_cap = bwd_sparse_list_cap(p, Cfg::kBM);
@@ -264,7 +232,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #ifndef FLASHATTN_DISABLE_DROPOUT
   // bwd_unsupported sends dropout with a score transform, deterministic or a block mask to
   // sm80; were that lifted, the dropout would be lost here, so say so instead.
-  if (dropout && kernel != variant(true, false, false))
+  if (p.dropout_threshold > 0 && kernel != bwd_kernel_sm90<Cfg, Element, true>)
     throw std::runtime_error("flashattn sm90 bwd: a dropout call without the dropout kernel");
 #endif
   const int64_t smem = Cfg::kSmem + bwd_sparse_smem_bytes(p, list_cap);
@@ -272,13 +240,14 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     throw std::runtime_error("flashattn sm90 bwd: a block mask of " + std::to_string(list_cap) +
                              " query tiles needs " + std::to_string(smem) +
                              " bytes of shared memory, above the GPU's");
-  if (ctas > INT32_MAX)
+  if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
     throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
   const int sect = bwd_section_pairs(p, Cfg::kD, order);
   sm80::BwdArgs a = args;
   // Block-sparse: heavy key blocks first (bwd_order_sm90.cuh), ordered on the device into the
   // workspace's entries past the sm80 layout's (bwd_workspace); a workspace without them (the
   // self-test's) keeps the section order.
+  const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
   const int64_t order_at = sm80::bwd_workspace_layout(p, Cfg::kD).i32_elems;
   if (order == BwdOrder::kAuto && sm90_sparse_order_enabled() && bwd_order_entries(p) == ctas &&
       p.workspace_i32 != nullptr && p.workspace_i32_elems >= order_at + ctas) {
@@ -289,18 +258,16 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     a.order = buf;
     FLASHATTN_LAUNCH_CHECK();
   }
-  const dim3 launch_grid = persist ? dim3(static_cast<unsigned>(persist_ctas)) : grid;
   auto launch = [&](decltype(kernel) k) {
     FLASHATTN_CUDA_CHECK(set_max_dynamic_smem(k, static_cast<int>(smem)));
-    k<<<launch_grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(
-        a, maps, sect, static_cast<int>(list_cap), static_cast<int>(grid.x),
-        static_cast<int>(grid.y), static_cast<int>(grid.z));
+    k<<<grid, Cfg::kThreads, static_cast<size_t>(smem), stream>>>(a, maps, sect,
+                                                                 static_cast<int>(list_cap));
     FLASHATTN_LAUNCH_CHECK();
   };
   launch(kernel);
 #ifndef FLASHATTN_DISABLE_DROPOUT
   if (dropout_offsets_call(p))  // the cell-by-cell mask's kernel beside it (dropout_lanes.cuh)
-    launch(variant(true, true, false));
+    launch(bwd_kernel_sm90<Cfg, Element, true, false, false, false, true>);
 #endif
 }
 

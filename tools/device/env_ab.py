@@ -1,7 +1,7 @@
 """In-process A/B of a per-call environment switch: `run(value)` sets the variable to value (or
 unsets it for None) and makes one call; the values alternate in rounds of `calls` timed calls
 (CUDA events), each round after one untimed call of its own. Returns the per-call time (ms)
-of each value, the median of its rounds. Used by bwd_persist_ab.py."""
+of each value, the median of its rounds. Used by decode_env_ab.py."""
 import os
 import statistics
 
