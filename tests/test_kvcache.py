@@ -191,11 +191,13 @@ def test_kvcache(device, c):
 
 
 # The CUDA combine's forms (kernel_decode_sm80.cuh: the default parallel loop,
-# FLASHATTN_DECODE_COMBINE=serial, and the opt-in programmatic dependent launch).
+# FLASHATTN_DECODE_COMBINE=serial / cta, and the opt-in programmatic dependent launch).
 _COMBINE_ENV = {"default": {}, "serial": {"FLASHATTN_DECODE_COMBINE": "serial"},
-                "pdl": {"FLASHATTN_DECODE_PDL": "1"}}
+                "cta": {"FLASHATTN_DECODE_COMBINE": "cta"},
+                "pdl": {"FLASHATTN_DECODE_PDL": "1"},
+                "cta-pdl": {"FLASHATTN_DECODE_COMBINE": "cta", "FLASHATTN_DECODE_PDL": "1"}}
 _COMBINES = [(d, "default") for d in DEVICES] + \
-    [("cuda", "serial"), ("cuda", "pdl")] * ("cuda" in DEVICES)
+    [("cuda", c) for c in _COMBINE_ENV if c != "default"] * ("cuda" in DEVICES)
 
 
 @pytest.mark.parametrize("device,combine", _COMBINES, ids=[f"{d}-{c}" for d, c in _COMBINES])
@@ -219,6 +221,35 @@ def test_num_splits_same_result(device, combine, paged, hd, monkeypatch):
     if device == "cpu":
         for n, (out, lse) in runs.items():
             assert torch.equal(out, runs[1][0]) and torch.equal(lse, runs[1][1]), n
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="the combine forms are CUDA kernels")
+@pytest.mark.parametrize("combine", list(_COMBINE_ENV))
+@pytest.mark.parametrize("hd,num_splits", [(64, 200), (128, 100), (128, 256), (256, 77)])
+def test_combine_many_splits(combine, hd, num_splits, monkeypatch):
+    """More splits than one pass of a combine takes (the cta form: 128 / 64 / 32 splits a
+    batch at value dims 64 / 128 / 256, so later batches rescale the earlier ones), a short
+    sequence beside a long one (its splits past its keys empty), and a sink: out and lse
+    against the float64 reference."""
+    from reference import ref_and_lowp_ext
+    for name, value in _COMBINE_ENV[combine].items():
+        monkeypatch.setenv(name, value)
+    c = dict(dtype="bf16", hd=(hd, hd), sl=(1, 16384), heads="gqa", new_kv=True,
+             new_eq_q=True, rotary=0.0, interleaved=False, paged=None, causal=True,
+             local=False, softcap=0.0, alibi=False, leftpad=False, batch_idx=False,
+             num_splits=num_splits)
+    args = make_inputs("cuda", c)
+    args["cache_seqlens"] = torch.tensor([16000, 300], dtype=torch.int32, device="cuda")
+    check_kvcache_call(args, torch.bfloat16, f"num_splits={num_splits} ")
+    H, Hk = HEADS["gqa"]
+    q = rand([2, 1, H, hd], torch.bfloat16, "cuda")
+    k, v = (rand([2, 9000, Hk, hd], torch.bfloat16, "cuda") for _ in range(2))
+    sink = torch.randn(H, device="cuda")
+    assert flashattn.kernel_path(q, k, v, learnable_sink=sink) == "sm80-decode"
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, learnable_sink=sink, return_attn_probs=True)
+    ref, low = ref_and_lowp_ext(q, k, v, sink=sink)
+    assert_close("sink out", out, ref["out"], low["out"], torch.bfloat16)
+    assert_close("sink lse", lse, ref["lse"], low["lse"], torch.bfloat16)
 
 
 @pytest.mark.parametrize("device", DEVICES)

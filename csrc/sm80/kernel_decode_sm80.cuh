@@ -674,4 +674,120 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+// The combine with one CTA per row (FLASHATTN_DECODE_COMBINE=cta, opt-in until timed on a GPU;
+// launch_decode_sm80.cuh): kCols threads cover the row's columns four at a time (16 / 32 / 64
+// for value dims up to 64 / 128 / 256) and the CTA's 256 / kCols slots of them take the splits
+// in turn (slot t: splits t, t + kSlots, ...), each thread loading up to kBatch splits' LSEs
+// and partial columns at once, so that a row of up to kSlots * kBatch splits (64 at d 128)
+// costs one round trip to L2 where the warp-per-row loops above wait on about ten; each slot
+// keeps its own running max, sum and weighted columns (online, rescaled per batch), and the
+// slots are merged through shared memory. Same results as the loops above up to the order of
+// the sums: empty splits (LSE -inf) weigh 0, a split index past the count reads the last
+// split's row with weight 0, the sink joins the sum. Device code only.
+__device__ __forceinline__ float4 combine_load4(const float* ptr) {
+  float4 v;
+  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ float combine_load1(const float* ptr) {
+  float x;
+  asm volatile("ld.volatile.global.f32 %0, [%1];" : "=f"(x) : "l"(ptr));
+  return x;
+}
+
+template <typename Element, int kCols>
+__global__ void __launch_bounds__(256)
+    decode_combine_cta_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a,
+                              int num_splits) {
+  constexpr int kSlots = 256 / kCols, kBatch = 8;
+  __shared__ float sm_m[kSlots], sm_l[kSlots];
+  __shared__ float4 sm_o[kSlots][kCols];
+  if (a.pdl) decode_wait_prerequisites();  // the split kernel's partials
+  const int64_t row = blockIdx.x;  // the grid is rows_total CTAs
+  const int c = threadIdx.x % kCols, slot = threadIdx.x / kCols;
+  const int dv = p.headdim_v, col = c * 4;
+  const float* lse_part = p.workspace_f32 + a.rows_total * a.dv_pitch * num_splits;
+  const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
+  // A thread past the value dim reads column 0 and stores nothing.
+  const float* part = p.workspace_f32 + row * a.dv_pitch + (col < dv ? col : 0);
+  float m = -INFINITY, l = 0.f, o[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int s0 = slot; s0 < num_splits; s0 += kSlots * kBatch) {
+    float x[kBatch];
+    float4 v[kBatch];
+    // Every load of the batch before any use: volatile loads keep their order (ptxas sank
+    // plain ones behind the first exponentials, a second round trip).
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int si = s0 + u * kSlots < num_splits ? s0 + u * kSlots : num_splits - 1;
+      v[u] = combine_load4(part + si * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int si = s0 + u * kSlots < num_splits ? s0 + u * kSlots : num_splits - 1;
+      x[u] = combine_load1(lse_part + int64_t(si) * a.rows_total + row);
+    }
+    float mb = m;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (s0 + u * kSlots >= num_splits) x[u] = -INFINITY;
+      mb = fmaxf(mb, x[u]);
+    }
+    // No branch on the LSEs (it would hold the partial rows' loads back behind them): a
+    // reference of 0 while every split so far is empty, whose weights are all 0.
+    const float ref = mb == -INFINITY ? 0.f : mb;
+    const float r = expf(m - ref);  // 0 while m is -inf
+    l *= r, o[0] *= r, o[1] *= r, o[2] *= r, o[3] *= r;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {  // selects, not branches (w = 0 adds nothing)
+      const float w = x[u] == -INFINITY ? 0.f : expf(x[u] - ref);
+      l += w;
+      o[0] += w != 0.f ? w * v[u].x : 0.f, o[1] += w != 0.f ? w * v[u].y : 0.f;
+      o[2] += w != 0.f ? w * v[u].z : 0.f, o[3] += w != 0.f ? w * v[u].w : 0.f;
+    }
+    m = mb;
+  }
+  if (c == 0) sm_m[slot] = m, sm_l[slot] = l;
+  sm_o[slot][c] = make_float4(o[0], o[1], o[2], o[3]);
+  __syncthreads();
+  if (slot != 0) return;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int t = 0; t < kSlots; ++t) mx = fmaxf(mx, sm_m[t]);
+  float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+  if (mx != -INFINITY) {
+#pragma unroll
+    for (int t = 0; t < kSlots; ++t) {
+      const float w = sm_m[t] == -INFINITY ? 0.f : expf(sm_m[t] - mx);
+      const float4 ot = sm_o[t][c];
+      sum += w * sm_l[t];
+      acc[0] += w * ot.x, acc[1] += w * ot.y, acc[2] += w * ot.z, acc[3] += w * ot.w;
+    }
+  }
+  const int h = static_cast<int>(row / p.total_q);
+  // The sink (params.h) as one more part of output 0: its e^sink joins the sum.
+  if (p.sink_ptr != nullptr) {
+    const float sink = p.sink_ptr[h];
+    if (sink != -INFINITY) {
+      const float big = fmaxf(mx, sink);
+      const float r = mx == -INFINITY ? 0.f : expf(mx - big);
+      sum = sum * r + expf(sink - big);
+      acc[0] *= r, acc[1] *= r, acc[2] *= r, acc[3] *= r;
+      mx = big;
+    }
+  }
+  const int64_t q_row = row % p.total_q;
+  const int64_t b = p.is_varlen ? 0 : q_row / p.seqlen_q;
+  const int64_t tk = p.is_varlen ? q_row : q_row % p.seqlen_q;
+  if (c == 0)
+    p.lse_ptr[b * p.lse_batch_stride + h * p.lse_head_stride + tk] =
+        sum > 0.f ? mx + logf(sum) : -INFINITY;
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  acc[0] *= inv, acc[1] *= inv, acc[2] *= inv, acc[3] *= inv;
+  Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
+                 h * p.o_head_stride;
+  if (col < dv) decode_store_out4<Element>(out, col, dv, a.vec_ok, acc);
+}
+
 }  // namespace flashattn::sm80

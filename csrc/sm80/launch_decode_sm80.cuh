@@ -115,20 +115,26 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
     }
   }
   if (pl.num_splits > 1) {
-    const int64_t blocks = (pl.rows_total + 3) / 4;
-    if (blocks > 0x7fffffff) throw std::runtime_error("flashattn decode: too many rows");
-    // The combine's parallel loop (kernel_decode_sm80.cuh's kPar), unless
-    // FLASHATTN_DECODE_COMBINE=serial (read per call: the serial loop, for A/B runs).
+    static_assert(4 * 64 >= kHeadDim, "the cta combine covers value dims up to 256");
+    const int64_t blocks = (pl.rows_total + 3) / 4;  // the warp-per-row loops: 4 rows a CTA
+    if (pl.rows_total > 0x7fffffff) throw std::runtime_error("flashattn decode: too many rows");
+    // The combine (kernel_decode_sm80.cuh), per call from FLASHATTN_DECODE_COMBINE (read per
+    // call, for A/B runs): the default warp-per-row parallel loop (kPar), "serial" (the
+    // one-split loop) or "cta" (one CTA per row, its threads over the splits; opt-in until
+    // timed on a GPU).
     const char* comb = std::getenv("FLASHATTN_DECODE_COMBINE");
-    auto combine = comb != nullptr && std::strcmp(comb, "serial") == 0
+    const bool cta = comb != nullptr && std::strcmp(comb, "cta") == 0;
+    constexpr int kCols = kHeadDim <= 64 ? 16 : (kHeadDim <= 128 ? 32 : 64);
+    auto combine = cta ? decode_combine_cta_kernel<Element, kCols>
+                   : comb != nullptr && std::strcmp(comb, "serial") == 0
                        ? decode_combine_kernel<Element, false>
                        : decode_combine_kernel<Element, true>;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-    cfg.blockDim = dim3(128);
+    cfg.gridDim = dim3(static_cast<unsigned>(cta ? pl.rows_total : blocks));
+    cfg.blockDim = dim3(cta ? 256 : 128);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
     cfg.attrs = attr;

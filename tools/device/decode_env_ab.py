@@ -1,35 +1,86 @@
-"""In-process A/B of a per-call decode switch (default: the programmatic dependent launch of
-the combine, FLASHATTN_DECODE_PDL=1; `--env FLASHATTN_DECODE_COMBINE=serial` for the serial
-combine) against the default path: issue 13's small-batch cells (GQA 32/8, d128, bf16, one
-token), the two alternating in rounds of timed calls over enough caches to exceed the L2
-(env_ab.time_env_ab); TB/s of K and V read at the median of the rounds, and the largest output
-difference between them (the same partials merged: a few ulps at most).
-Usage: python3 tools/device/decode_env_ab.py [--env NAME=VALUE] [--cells 1x4096 1x16384p256 ...]"""
+"""In-process A/B of per-call decode switches, set together (default: the programmatic
+dependent launch of the combine, FLASHATTN_DECODE_PDL=1; `--env FLASHATTN_DECODE_COMBINE=cta
+FLASHATTN_DECODE_PDL=1` for two) against the default path: issue 13's small-batch cells (GQA
+32/8, d128, bf16, one token), the two alternating in rounds of timed calls (CUDA events) over
+enough caches to exceed the L2; TB/s of K and V read at the median of the rounds, and the
+largest output difference between them (the same partials merged: a few ulps at most).
+Eager calls of the small cells are host-bound (the switches change GPU time only), so
+`--graph` times the same calls captured in CUDA graphs (one graph a form, the switches read
+at capture), the kernels' chain alone.
+Usage: python3 tools/device/decode_env_ab.py [--env NAME=VALUE ...] [--graph] [--cells 1x4096 ...]"""
 import argparse
+import contextlib
 import math
 import os
-import sys
+import statistics
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from env_ab import setenv, time_env_ab  # noqa: E402
+from flashattn import bench
+from flashattn.bench_decode import DecodeCell, _ours_call
 
-from flashattn import bench  # noqa: E402
-from flashattn.bench_decode import DecodeCell, _ours_call  # noqa: E402
+
+@contextlib.contextmanager
+def switched(switch, on):
+    """The variables of `switch` set (on) or unset (off) inside the block, unset after."""
+    for name, value in switch.items():
+        if on:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        for name in switch:
+            os.environ.pop(name, None)
+
+
+def captured(fns):
+    """A CUDA graph of fns called in turn (warmed up on a side stream first)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in fns:
+            f()
+    return g
+
+
+def time_ab(runs, rounds, calls):
+    """runs: {form: (setup context manager, callable doing `per` calls, per)}; the forms in
+    turn each round, one untimed call first; ms per call, the median of the rounds."""
+    times = {v: [] for v in runs}
+    for _ in range(rounds):
+        for v, (ctx, fn, per) in runs.items():
+            with ctx():
+                fn()
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                start.record()
+                for _ in range(calls):
+                    fn()
+                end.record()
+                end.synchronize()
+            times[v].append(start.elapsed_time(end) / (calls * per))
+    return {v: statistics.median(t) for v, t in times.items()}
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--env", default="FLASHATTN_DECODE_PDL=1")
+    ap.add_argument("--env", nargs="+", default=["FLASHATTN_DECODE_PDL=1"])
+    ap.add_argument("--graph", action="store_true")
     ap.add_argument("--cells", nargs="+",
                     default=["1x4096", "1x16384", "1x65536", "8x4096", "8x16384", "1x16384p256"])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--calls", type=int, default=50)
     args = ap.parse_args()
-    name, _, value = args.env.partition("=")
+    switch = dict(e.partition("=")[::2] for e in args.env)
     dev = torch.device("cuda")
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, "switch", args.env)
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "switch", " ".join(args.env),
+          "(CUDA graphs)" if args.graph else "(eager calls)")
     print(f"{'cell':34s} {'switch TB/s':>11s} {'default':>9s} {'ratio':>7s} {'switch us':>9s} "
           f"{'default us':>10s} {'max|dout|':>10s}")
     for spec in args.cells:
@@ -38,23 +89,31 @@ def main():
         cell = DecodeCell(int(b), int(n), page=int(page or 0))
         n_sets = min(max(math.ceil(2 * bench.l2_bytes(dev) / cell.kv_bytes()), 1), 8)
         calls = [_ours_call(cell, dev) for _ in range(n_sets)]
-        turn = [0]
-
-        def call():
-            turn[0] += 1
-            return calls[turn[0] % n_sets]()
         outs = {}
-        for v in (value, None):
-            setenv(name, v)
-            outs[v] = calls[0]().float()
-        setenv(name, None)
-        diff = (outs[value] - outs[None]).abs().max().item()
-        med = time_env_ab(name, [value, None], call, rounds=args.rounds, calls=args.calls)
+        for on in (True, False):
+            with switched(switch, on):
+                outs[on] = calls[0]().float()
+        diff = (outs[True] - outs[False]).abs().max().item()
+        runs = {}
+        for on in (True, False):
+            ctx = lambda on=on: switched(switch, on)  # noqa: E731
+            if args.graph:
+                with ctx():
+                    g = captured(calls)
+                runs[on] = (contextlib.nullcontext, g.replay, n_sets)
+            else:
+                turn = [0]
+
+                def call(turn=turn):
+                    turn[0] += 1
+                    return calls[turn[0] % n_sets]()
+                runs[on] = (ctx, call, 1)
+        med = time_ab(runs, args.rounds, args.calls)
         tbs = {v: cell.kv_bytes() / (m * 1e-3) / 1e12 for v, m in med.items()}
-        print(f"{str(cell):34s} {tbs[value]:11.3f} {tbs[None]:9.3f} "
-              f"{med[None] / med[value]:7.3f} {med[value] * 1e3:9.1f} "
-              f"{med[None] * 1e3:10.1f} {diff:10.3g}", flush=True)
-        del calls
+        print(f"{str(cell):34s} {tbs[True]:11.3f} {tbs[False]:9.3f} "
+              f"{med[False] / med[True]:7.3f} {med[True] * 1e3:9.1f} "
+              f"{med[False] * 1e3:10.1f} {diff:10.3g}", flush=True)
+        del calls, runs
 
 
 if __name__ == "__main__":
