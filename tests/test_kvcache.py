@@ -190,12 +190,12 @@ def test_kvcache(device, c):
     check_kvcache_call(args, dtype)
 
 
-# The CUDA combine's forms (kernel_decode_sm80.cuh: the default parallel loop,
-# FLASHATTN_DECODE_COMBINE=serial / cta, and the opt-in programmatic dependent launch).
+# The CUDA combine's forms (kernel_decode_sm80.cuh: by default one CTA per row, launched as a
+# programmatic dependent of the split kernel on Hopper; FLASHATTN_DECODE_COMBINE=serial, and
+# FLASHATTN_DECODE_PDL=0 for a plain launch).
 _COMBINE_ENV = {"default": {}, "serial": {"FLASHATTN_DECODE_COMBINE": "serial"},
-                "cta": {"FLASHATTN_DECODE_COMBINE": "cta"},
-                "pdl": {"FLASHATTN_DECODE_PDL": "1"},
-                "cta-pdl": {"FLASHATTN_DECODE_COMBINE": "cta", "FLASHATTN_DECODE_PDL": "1"}}
+                "nopdl": {"FLASHATTN_DECODE_PDL": "0"},
+                "serial-nopdl": {"FLASHATTN_DECODE_COMBINE": "serial", "FLASHATTN_DECODE_PDL": "0"}}
 _COMBINES = [(d, "default") for d in DEVICES] + \
     [("cuda", c) for c in _COMBINE_ENV if c != "default"] * ("cuda" in DEVICES)
 
@@ -223,11 +223,12 @@ def test_num_splits_same_result(device, combine, paged, hd, monkeypatch):
             assert torch.equal(out, runs[1][0]) and torch.equal(lse, runs[1][1]), n
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif("cuda" not in DEVICES, reason="the combine forms are CUDA kernels")
 @pytest.mark.parametrize("combine", list(_COMBINE_ENV))
 @pytest.mark.parametrize("hd,num_splits", [(64, 200), (128, 100), (128, 256), (256, 77)])
 def test_combine_many_splits(combine, hd, num_splits, monkeypatch):
-    """More splits than one pass of a combine takes (the cta form: 128 / 64 / 32 splits a
+    """More splits than one pass of a combine takes (the default form: 128 / 64 / 32 splits a
     batch at value dims 64 / 128 / 256, so later batches rescale the earlier ones), a short
     sequence beside a long one (its splits past its keys empty), and a sink: out and lse
     against the float64 reference."""

@@ -253,14 +253,16 @@ def decode_cases():
     run_kvcache(2, 1, 512, 4, 2, 64, bf16, new=1, batch_idx=[7, -3])
     run_kvcache(2, 1, 512, 4, 2, 64, bf16, leftpad=[600, -4], seqlens=[100, 200])
     run_kvcache(2, 1, 512, 4, 2, 64, bf16, num_splits=200)
-    # The combine with a CTA per row and the programmatic dependent launch (opt-in forms):
-    # many splits (several batches a slot), empty splits of a short sequence, a sink, d 256
-    os.environ["FLASHATTN_DECODE_COMBINE"] = "cta"
-    os.environ["FLASHATTN_DECODE_PDL"] = "1"
+    # The combine (a CTA per row, launched as a programmatic dependent on Hopper): many
+    # splits (several batches a slot), empty splits of a short sequence, a sink, d 256
     run_kvcache(2, 1, 16384, 8, 2, 128, bf16, seqlens=[16000, 300], num_splits=256)
     run_kvcache(2, 1, 4096, 8, 2, 64, bf16, page=16, seqlens=[4000, 1], num_splits=200)
     run_padded(2, 1, 5000, 8, 2, 256, 256, bf16, learnable_sink=torch.randn(8, device=dev),
                forward_only=True)
+    # The serial combine, a plain launch
+    os.environ["FLASHATTN_DECODE_COMBINE"] = "serial"
+    os.environ["FLASHATTN_DECODE_PDL"] = "0"
+    run_kvcache(2, 1, 4096, 8, 2, 64, bf16, page=16, seqlens=[4000, 1], num_splits=200)
     run_varlen([1, 2, 1], [700, 0, 1300], 8, 2, 128, bf16)
     del os.environ["FLASHATTN_DECODE_COMBINE"], os.environ["FLASHATTN_DECODE_PDL"]
 

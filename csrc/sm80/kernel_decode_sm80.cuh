@@ -92,7 +92,7 @@ __device__ __forceinline__ int64_t decode_row_id(const FwdParams& p, int h, int6
 // DecodeArgs::pdl): the split kernel lets the combine be scheduled from its start, and the
 // combine waits for the split kernel's completion (its partial outputs visible) before it
 // reads them, so the combine's launch overlaps the split kernel instead of following it
-// (launch_decode_sm80.cuh: with FLASHATTN_DECODE_PDL=1, off until run on a GPU).
+// (launch_decode_sm80.cuh: on Hopper and later unless FLASHATTN_DECODE_PDL=0).
 __device__ __forceinline__ void decode_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -564,21 +564,16 @@ __device__ __forceinline__ void decode_store_out4(Element* out, int col, int dv,
   }
 }
 
-// Merges the num_splits partial outputs of every row (one warp per row): weights exp(lse_s -
-// max), out = sum_s w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the
-// sum when there is one). Rows of no sequence (varlen
-// padding) read the zeroed workspace and write zeros there.
-// kPar, the combine's loop (launch_decode_sm80.cuh picks it per call: FLASHATTN_DECODE_COMBINE=
-// serial for the serial loop): the serial loop waits on two dependent loads a split; the
-// parallel one (the default) computes the weights once, lane s holding split s's, and loads
-// the partial outputs of 8 splits back to back without a branch between a split's LSE and its
-// O (on an H100 at 33 splits, batch 1 x 4k keys, GQA 32/8, d 128: 6.2-6.4 us against the
-// serial loop's 10.8). A loop over batches of 16 splits with the next batch's loads issued
-// before this batch's sums ran slower there (6.7 us; 7.1 against 6.6 at 1 x 16k, 4.1 against
-// 3.3 at 8 x 4k) and was dropped (2026-12-07). An empty split's weight is 0 (its partial row
-// the split kernel wrote as zeros); a split index past the count reads the last split's row
-// with weight 0. Device code only.
-template <typename Element, bool kPar>
+// Merges the num_splits partial outputs of every row: weights exp(lse_s - max), out = sum_s
+// w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the sum when there is
+// one). Rows of no sequence (varlen padding) read the zeroed workspace and write zeros there.
+// An empty split's weight is 0 (its partial row the split kernel wrote as zeros). Two forms
+// (launch_decode_sm80.cuh): decode_combine_cta_kernel below, the default, and this one, the
+// serial loop of one warp per row (FLASHATTN_DECODE_COMBINE=serial), which waits on two
+// dependent loads a split. (Measured on an H100, 2026-12-07, batch 1 x 4k keys, 33 splits,
+// GQA 32/8, d 128: serial 10.8 us, a warp-per-row loop with 8 splits' loads at a time 6.0,
+// one with batches of 16 splits prefetched 6.7, the cta form 3.5.) Device code only.
+template <typename Element>
 __global__ void __launch_bounds__(128)
     decode_combine_kernel(const __grid_constant__ FwdParams p, const DecodeArgs a, int num_splits) {
   if (a.pdl) decode_wait_prerequisites();  // the split kernel's partials
@@ -587,13 +582,6 @@ __global__ void __launch_bounds__(128)
   if (row >= a.rows_total) return;
   const float* lse_part = p.workspace_f32 + a.rows_total * a.dv_pitch * num_splits;
   const int dv = p.headdim_v;
-  const int64_t stride = a.rows_total * a.dv_pitch;  // one split on
-  // kPar: split 0's partial row at this lane's columns of pass c0 (a lane past the head dim
-  // reads column 0 and stores nothing).
-  auto part_at = [&](int c0) {
-    const int col = c0 + lane * 4;
-    return p.workspace_f32 + row * a.dv_pitch + (col < dv ? col : 0);
-  };
   float m = -INFINITY;
   for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, lse_part[s * a.rows_total + row]);
 #pragma unroll
@@ -624,66 +612,30 @@ __global__ void __launch_bounds__(128)
   const float inv = l > 0.f ? 1.f / l : 0.f;
   Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
                  h * p.o_head_stride;
-  if constexpr (kPar) {
-    // Every lane runs every pass (the weights travel by __shfl_sync from the lane that holds
-    // the split).
-    for (int c0 = 0; c0 < dv; c0 += 128) {
-      const int col = c0 + lane * 4;
-      const float* part = part_at(c0);
-      float o[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int s0 = 0; s0 < num_splits; s0 += 32) {
-        const int sl = s0 + lane;
-        const float x = sl < num_splits ? lse_part[int64_t(sl) * a.rows_total + row] : -INFINITY;
-        const float wl = x == -INFINITY ? 0.f : expf(x - m) * inv;
-        const int n = num_splits - s0 < 32 ? num_splits - s0 : 32;
-        for (int t0 = 0; t0 < n; t0 += 8) {  // 8 splits' weights, then their 8 loads at once
-          float w[8];
-          float4 v[8];
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const float wu = __shfl_sync(0xffffffffu, wl, (t0 + u) & 31);
-            w[u] = t0 + u < n ? wu : 0.f;
-          }
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const int si = s0 + t0 + u < num_splits ? s0 + t0 + u : num_splits - 1;  // in bounds
-            v[u] = __ldg(reinterpret_cast<const float4*>(part + si * stride));
-          }
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {  // selects, not branches (w = 0 adds nothing)
-            o[0] += w[u] != 0.f ? w[u] * v[u].x : 0.f, o[1] += w[u] != 0.f ? w[u] * v[u].y : 0.f;
-            o[2] += w[u] != 0.f ? w[u] * v[u].z : 0.f, o[3] += w[u] != 0.f ? w[u] * v[u].w : 0.f;
-          }
-        }
-      }
-      if (col < dv) decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
+  for (int col = lane * 4; col < dv; col += 128) {
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int s = 0; s < num_splits; ++s) {
+      const float x = lse_part[s * a.rows_total + row];
+      if (x == -INFINITY) continue;
+      const float w = expf(x - m) * inv;
+      const float4 v = *reinterpret_cast<const float4*>(
+          p.workspace_f32 + (s * a.rows_total + row) * a.dv_pitch + col);
+      o[0] += w * v.x, o[1] += w * v.y, o[2] += w * v.z, o[3] += w * v.w;
     }
-  } else {
-    for (int col = lane * 4; col < dv; col += 128) {
-      float o[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int s = 0; s < num_splits; ++s) {
-        const float x = lse_part[s * a.rows_total + row];
-        if (x == -INFINITY) continue;
-        const float w = expf(x - m) * inv;
-        const float4 v = *reinterpret_cast<const float4*>(
-            p.workspace_f32 + (s * a.rows_total + row) * a.dv_pitch + col);
-        o[0] += w * v.x, o[1] += w * v.y, o[2] += w * v.z, o[3] += w * v.w;
-      }
-      decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
-    }
+    decode_store_out4<Element>(out, col, dv, a.vec_ok, o);
   }
 }
 
-// The combine with one CTA per row (FLASHATTN_DECODE_COMBINE=cta, opt-in until timed on a GPU;
-// launch_decode_sm80.cuh): kCols threads cover the row's columns four at a time (16 / 32 / 64
-// for value dims up to 64 / 128 / 256) and the CTA's 256 / kCols slots of them take the splits
-// in turn (slot t: splits t, t + kSlots, ...), each thread loading up to kBatch splits' LSEs
-// and partial columns at once, so that a row of up to kSlots * kBatch splits (64 at d 128)
-// costs one round trip to L2 where the warp-per-row loops above wait on about ten; each slot
-// keeps its own running max, sum and weighted columns (online, rescaled per batch), and the
-// slots are merged through shared memory. Same results as the loops above up to the order of
-// the sums: empty splits (LSE -inf) weigh 0, a split index past the count reads the last
-// split's row with weight 0, the sink joins the sum. Device code only.
+// The combine with one CTA per row (the default; launch_decode_sm80.cuh): kCols threads cover
+// the row's columns four at a time (16 / 32 / 64 for value dims up to 64 / 128 / 256) and the
+// CTA's 256 / kCols slots of them take the splits in turn (slot t: splits t, t + kSlots, ...),
+// each thread loading up to kBatch splits' LSEs and partial columns at once, so that a row of
+// up to kSlots * kBatch splits (64 at d 128) costs one round trip to L2 where a warp per row
+// waits on several; each slot keeps its own running max, sum and weighted columns (online,
+// rescaled per batch), and the slots are merged through shared memory. Same results as the
+// serial loop above up to the order of the sums: empty splits (LSE -inf) weigh 0, a split
+// index past the count reads the last split's row with weight 0, the sink joins the sum.
+// Device code only.
 __device__ __forceinline__ float4 combine_load4(const float* ptr) {
   float4 v;
   asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"

@@ -100,10 +100,13 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   a.vec_ok = fwd_vectorizable(p);
   a.fast = a.vec_ok && p.headdim == kHeadDim && p.headdim_v == kHeadDim;
   a.score_mod = p.softcap > 0.f || p.alibi_slopes != nullptr || !(p.softmax_scale > 0.f);
-  // On Hopper and later with FLASHATTN_DECODE_PDL=1 (read per call; off until it has run on
-  // a GPU), the combine is a programmatic dependent launch of the split kernel.
+  // On Hopper and later the combine is a programmatic dependent launch of the split kernel
+  // (its launch under the split kernel; CUDA graphs keep the edge), unless
+  // FLASHATTN_DECODE_PDL=0 (read per call). On an H100 in CUDA graphs: 1.01-1.04x alone,
+  // 1.02-1.24x with the cta combine (2026-12-07,
+  // benchmarks/results/h100_decode_combine_5fc040a.txt).
   const char* pdl_env = std::getenv("FLASHATTN_DECODE_PDL");
-  a.pdl = pl.num_splits > 1 && pdl_env != nullptr && std::strcmp(pdl_env, "1") == 0 &&
+  a.pdl = pl.num_splits > 1 && !(pdl_env != nullptr && std::strcmp(pdl_env, "0") == 0) &&
           current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
   if (pl.small_smem) {
     launch_decode<DecodeSmallSmem<kHeadDim, Element>>(p, pl, a, stream);
@@ -116,19 +119,15 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   }
   if (pl.num_splits > 1) {
     static_assert(4 * 64 >= kHeadDim, "the cta combine covers value dims up to 256");
-    const int64_t blocks = (pl.rows_total + 3) / 4;  // the warp-per-row loops: 4 rows a CTA
+    const int64_t blocks = (pl.rows_total + 3) / 4;  // the serial loop: 4 rows a CTA
     if (pl.rows_total > 0x7fffffff) throw std::runtime_error("flashattn decode: too many rows");
-    // The combine (kernel_decode_sm80.cuh), per call from FLASHATTN_DECODE_COMBINE (read per
-    // call, for A/B runs): the default warp-per-row parallel loop (kPar), "serial" (the
-    // one-split loop) or "cta" (one CTA per row, its threads over the splits; opt-in until
-    // timed on a GPU).
+    // The combine (kernel_decode_sm80.cuh): one CTA per row, or the serial warp-per-row
+    // loop with FLASHATTN_DECODE_COMBINE=serial (read per call, for A/B runs).
     const char* comb = std::getenv("FLASHATTN_DECODE_COMBINE");
-    const bool cta = comb != nullptr && std::strcmp(comb, "cta") == 0;
+    const bool cta = !(comb != nullptr && std::strcmp(comb, "serial") == 0);
     constexpr int kCols = kHeadDim <= 64 ? 16 : (kHeadDim <= 128 ? 32 : 64);
     auto combine = cta ? decode_combine_cta_kernel<Element, kCols>
-                   : comb != nullptr && std::strcmp(comb, "serial") == 0
-                       ? decode_combine_kernel<Element, false>
-                       : decode_combine_kernel<Element, true>;
+                       : decode_combine_kernel<Element>;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;

@@ -1,6 +1,6 @@
-"""In-process A/B of per-call decode switches, set together (default: the programmatic
-dependent launch of the combine, FLASHATTN_DECODE_PDL=1; `--env FLASHATTN_DECODE_COMBINE=cta
-FLASHATTN_DECODE_PDL=1` for two) against the default path: issue 13's small-batch cells (GQA
+"""In-process A/B of per-call decode switches, set together (default: the serial combine in a
+plain launch, `FLASHATTN_DECODE_COMBINE=serial FLASHATTN_DECODE_PDL=0`; `--env NAME=VALUE` for
+one) against the default path: issue 13's small-batch cells (GQA
 32/8, d128, bf16, one token), the two alternating in rounds of timed calls (CUDA events) over
 enough caches to exceed the L2; TB/s of K and V read at the median of the rounds, and the
 largest output difference between them (the same partials merged: a few ulps at most).
@@ -70,7 +70,8 @@ def time_ab(runs, rounds, calls):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--env", nargs="+", default=["FLASHATTN_DECODE_PDL=1"])
+    ap.add_argument("--env", nargs="+",
+                    default=["FLASHATTN_DECODE_COMBINE=serial", "FLASHATTN_DECODE_PDL=0"])
     ap.add_argument("--graph", action="store_true")
     ap.add_argument("--cells", nargs="+",
                     default=["1x4096", "1x16384", "1x65536", "8x4096", "8x16384", "1x16384p256"])
