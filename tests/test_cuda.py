@@ -218,47 +218,6 @@ def test_sm90_backward_padded_buckets(d, causal, heads, monkeypatch):
     run_case("cuda", c)
 
 
-# The 64-row sm90 forward tiles (tile_fwd_sm90.h's fwd_tile_small: one consumer warpgroup, two
-# CTAs an SM; opt-in through FLASHATTN_SM90_FWD_SMALL, a row limit): d64's 64 x 128 and d128's
-# 64 x 64, over more tiles than two an SM (the persistent deals), partial tiles, windows, GQA,
-# rows that see no key, head dims rounded up into the buckets, varlen batches.
-_SMALL_PADDED = [
-    ((64, 64), (1000, 1000), True, "none", (16, 4)),    # 16 x 16 x 2 = 512 tiles, pair deal
-    ((48, 48), (1024, 1300), False, (150, 40), (12, 12)),
-    ((64, 64), (513, 700), True, "none", (4, 1)),      # a partial last query tile
-    ((128, 128), (1000, 1100), False, "none", (8, 2)),
-    ((96, 96), (333, 517), True, "none", (6, 2)),
-    ((128, 128), (500, 200), True, "none", (4, 2)),    # rows that see no key
-    ((64, 64), (2000, 2000), False, "none", (8, 8)),   # 32 x 8 x 2 = 512 tiles, snake deal
-]
-
-
-@pytest.mark.parametrize("hd,sl,causal,window,heads", _SMALL_PADDED)
-def test_sm90_small_tile(hd, sl, causal, window, heads, monkeypatch):
-    from test_attention import run_case
-
-    skip_unless_sm90()
-    monkeypatch.setenv("FLASHATTN_SM90_FWD_SMALL", "4096")
-    c = dict(dtype="bf16" if hd[0] != 48 else "fp16", hd=hd, sl=sl, causal=causal,
-             window=window, softcap=0.0, alibi="none", heads=heads, noncontig=False)
-    q = torch.empty(2, sl[0], heads[0], hd[0], device="cuda", dtype=torch.bfloat16)
-    k = torch.empty(2, sl[1], heads[1], hd[0], device="cuda", dtype=torch.bfloat16)
-    assert flashattn.kernel_path(q, k, k, causal=causal) == "sm90"
-    run_case("cuda", c)
-
-
-@pytest.mark.parametrize("batch", ["mixed", "nokeys", "empty_ends"])
-@pytest.mark.parametrize("hd,causal", [((64, 64), True), ((128, 128), False)])
-def test_sm90_small_tile_varlen(batch, hd, causal, monkeypatch):
-    from test_varlen import run_varlen_case
-
-    skip_unless_sm90()
-    monkeypatch.setenv("FLASHATTN_SM90_FWD_SMALL", "4096")
-    c = dict(dtype="bf16", hd=hd, batch=batch, causal=causal, window="none", softcap=0.0,
-             alibi="none", heads="gqa", noncontig=False)
-    run_varlen_case("cuda", c)
-
-
 def test_deterministic_chunk_env_rejects_garbage(monkeypatch):
     monkeypatch.setenv("FLASHATTN_BWD_DET_CHUNK", "0")
     q = torch.randn(1, 300, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)

@@ -158,14 +158,6 @@ def sm90_cases():
     run_padded(1, 500, 650, 4, 1, 64, 64, fp16, window_size=(100, 20), deterministic=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True, deterministic=True)
     del os.environ["FLASHATTN_SM90_DET_BWD"]
-    # The 64-row forward tiles (FLASHATTN_SM90_FWD_SMALL, opt-in): two CTAs an SM, the pair and
-    # snake deals over more tiles than 2 x SMs, partial tiles, varlen with empty sequences
-    os.environ["FLASHATTN_SM90_FWD_SMALL"] = "4096"
-    run_padded(2, 1000, 1000, 16, 4, 64, 64, bf16, causal=True)
-    run_padded(2, 333, 517, 6, 2, 128, 128, bf16, window_size=(100, 20))
-    run_padded(2, 2000, 2000, 8, 8, 64, 64, fp16, forward_only=True)
-    run_varlen([130, 0, 257, 1], [300, 5, 0, 399], 4, 2, 128, bf16, causal=True)
-    del os.environ["FLASHATTN_SM90_FWD_SMALL"]
     # The buckets 96 and 192 on the next backward kernel up (the default since 2026-12-06)
     run_padded(1, 333, 517, 4, 2, 80, 80, bf16, causal=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 160, fp16)

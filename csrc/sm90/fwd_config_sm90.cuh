@@ -48,15 +48,11 @@ struct FwdConfig {
                 "FP8: whole 64- or 128-byte rows of V^T a step, no descriptor experiment");
   static_assert(kExpFma >= 0 && kExpFma <= kBN / 8, "a share of the column blocks");
   static constexpr int kConsumers = kBM / 64, kThreads = (kConsumers + 1) * 128;
-  // A 64-row tile (one consumer warpgroup, no ping-pong) runs two CTAs to an SM: the other
-  // CTA's GEMMs run under one's softmax, prologue and epilogue (cuDNN's short-sequence shape).
-  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
   // One P buffer, packed after P V of the step before has read it (FP8 shapes whose second
   // buffer would spill: three consumer warpgroups' 160 registers; at d 256 it spilled more).
   static constexpr bool kOneP = kFp8 && kConsumers == 3;
-  static_assert(kBM % 64 == 0 && kConsumers >= 1 && kConsumers <= 3,
-                "one to three consumer warpgroups of 64 query rows");
-  static_assert(kConsumers > 1 || kSchedule == kOverlap, "ping-pong takes two warpgroups");
+  static_assert(kBM % 64 == 0 && (kConsumers == 2 || kConsumers == 3),
+                "two or three consumer warpgroups of 64 query rows");
   static_assert(kD % 64 == 0 && kDv % 64 == 0, "tiles are 64-column chunks (128-byte swizzle)");
   static_assert(kBN % 16 == 0 && kBN <= 256 && kDv <= 256, "WGMMA N and TMA box limits");
   static_assert(kSchedule == kOverlap || kSchedule == kPingPong, "a known schedule");
@@ -98,16 +94,11 @@ struct FwdConfig {
   // threads) around its output's staging area.
   static constexpr int kBarO = 1 + kConsumers;
   static_assert(kSmem <= 232448, "Hopper's opt-in shared memory per block (227 KB)");
-  static_assert(kSmem + 1024 <= 233472 / kCtasPerSm, "the SM's shared memory (228 KB, 1 KB a "
-                                                     "CTA reserved) holds kCtasPerSm CTAs");
-  // Registers per thread of the producer and of each consumer (a 64K file per SM: the sum
-  // <= 512 / kCtasPerSm). (kVChip with two consumers: 40 for the transposing warps, as the
-  // block-sparse list warp.)
-  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kConsumers == 1 || kVChip ? 40 : 24;
-  static constexpr int kConsumerRegs =
-      kConsumers == 3 ? 160 : kConsumers == 1 ? 216 : kVChip ? 232 : 240;
-  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= 512 / kCtasPerSm,
-                "the register file");
+  // Registers per thread of the producer and of each consumer (a 64K file: sum <= 512).
+  // (kVChip with two consumers: 40 for the transposing warps, as the block-sparse list warp.)
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kVChip ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kVChip ? 232 : 240;
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= 512, "the register file");
 };
 
 // The package's shape of a variant (tile_fwd_sm90.h).

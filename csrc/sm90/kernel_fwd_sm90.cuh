@@ -74,8 +74,7 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
   // ever. The block-sparse list warp spills at 24: there 40 + 2 x 232.
   constexpr int kProducerRegs = Is_sparse && kNC == 2 ? 40 : Cfg::kProducerRegs;
   constexpr int kConsumerRegs = Is_sparse && kNC == 2 ? 232 : Cfg::kConsumerRegs;
-  static_assert(kProducerRegs + kNC * kConsumerRegs <=
-                    (kNC + 1) * ((65536 / (Cfg::kThreads * Cfg::kCtasPerSm)) & ~7),
+  static_assert(kProducerRegs + kNC * kConsumerRegs <= (kNC + 1) * ((65536 / Cfg::kThreads) & ~7),
                 "the roles' registers fit the CTA's pool");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(
@@ -715,7 +714,7 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
 // with position offsets launches both kernels and the one that does not match returns at once.
 template <class Cfg, typename Element, bool Has_score_mod, bool Has_dropout = false,
           bool Is_sparse = false, bool kCells = false>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
                     int group, int deal, int list_cap, int tma_o, int o_halves) {
   if constexpr (Has_dropout) {

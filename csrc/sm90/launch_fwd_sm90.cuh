@@ -101,16 +101,6 @@ inline bool sm90_dropout_enabled() { return !env_is("FLASHATTN_SM90_DROPOUT", '0
 // FLASHATTN_SM90_TMA_O=0 stores O from registers instead (read per call, for the A/B).
 inline bool sm90_tma_o_enabled() { return !env_is("FLASHATTN_SM90_TMA_O", '0'); }
 
-// The row limit of the 64-row tiles (tile_fwd_sm90.h's fwd_tile_small): FLASHATTN_SM90_FWD_SMALL,
-// a query row count (read per call; unset, 0 or not a number: 0, no call takes them).
-inline int64_t sm90_small_rows() {
-  const char* env = std::getenv("FLASHATTN_SM90_FWD_SMALL");
-  if (env == nullptr) return 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(env, &end, 10);
-  return end != env && *end == '\0' && v > 0 ? v : 0;
-}
-
 // The FP8 forward's V^T made on chip (kernel_fwd_sm90.cuh's kVChip; written 2026-12-04, third
 // session, without a GPU): off, the staging pass makes it; FLASHATTN_SM90_FP8_VCHIP=1 turns the
 // on-chip transpose on (read per call, for the tests and the A/B).
@@ -315,8 +305,7 @@ void launch_fwd_sm90_kernel(const FwdParams& p, cudaStream_t stream, FwdGrid g,
   // schedule model predicted (benchmarks/NOTES.md, 2026-12-02).
   const bool local = p.window_left >= 0 || p.window_right >= 0;
   const int64_t max_ctas =
-      g.max_ctas > 0 ? g.max_ctas
-                     : Cfg::kCtasPerSm * current_device_attribute(cudaDevAttrMultiProcessorCount);
+      g.max_ctas > 0 ? g.max_ctas : current_device_attribute(cudaDevAttrMultiProcessorCount);
   // Block-sparse: the two tile lists past the tile's shared memory.
   if ((p.kv_num_blocks != nullptr) != Is_sparse)
     throw std::runtime_error("flashattn sm90 fwd: a block mask needs the sparse kernel");
@@ -394,15 +383,13 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream, FwdGrid g = {}) {
 
 // The package's kernels of the (kD, kDv) variant: tile_fwd_sm90.h's tile, the local one
 // (causal or window) when it differs, the long-key one (fwd_tile_long) for plain non-causal
-// and causal calls over >= kLongKeys keys, the 64-row one (fwd_tile_small) for plain calls of
-// at most FLASHATTN_SM90_FWD_SMALL query rows, the short local one (fwd_tile_short_local) for
+// and causal calls over >= kLongKeys keys, the short local one (fwd_tile_short_local) for
 // plain causal / window calls of at most kShortLocalRows query rows (when switched on).
 template <int kD, int kDv, typename Element>
 void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   constexpr FwdTile kGlobal = fwd_tile(kD, kDv, false), kLocal = fwd_tile(kD, kDv, true);
   constexpr FwdTile kLong = fwd_tile_long(kD, kDv);
   constexpr FwdTile kShort = fwd_tile_short_local(kD, kDv);
-  constexpr FwdTile kSmall = fwd_tile_small(kD, kDv);
   constexpr FwdTile kSparse = fwd_tile_sparse(kD, kDv, false);
   static_assert(kSparse == fwd_tile_sparse(kD, kDv, true), "one block-sparse tile per variant");
   if (p.kv_num_blocks != nullptr) {  // fwd_sparse_unsupported took the call
@@ -422,15 +409,6 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
       using Long = FwdConfig<kD, kDv, kLong.block_m, kLong.block_n, kLong.stages, kLong.schedule,
                              0, 0, fwd_v_late(kD, kDv)>;
       launch_fwd_sm90_kernel<Long, Element, false>(p, stream, {});
-      return;
-    }
-  }
-  if constexpr (kSmall.block_m > 0) {
-    const bool plain = p.dropout_threshold <= 0 && !fwd_score_mod(p);
-    if (plain && p.seqlen_q <= sm90_small_rows()) {
-      using Small = FwdConfig<kD, kDv, kSmall.block_m, kSmall.block_n, kSmall.stages,
-                              kSmall.schedule, 0, 0, fwd_v_late(kD, kDv)>;
-      launch_fwd_sm90_kernel<Small, Element, false>(p, stream, {});
       return;
     }
   }

@@ -86,19 +86,6 @@ constexpr FwdTile fwd_tile_short_local(int d, int dv) {
                              : FwdTile{0, 0, 0, 0};
 }
 
-// Plain calls (any mask, no score transform, no dropout) of at most the row count that
-// FLASHATTN_SM90_FWD_SMALL gives (read per call; unset or 0: never, so off until timed) take
-// fwd_tile_small's tile where it has one: 64 query rows, one consumer warpgroup, two CTAs an
-// SM (FwdConfig::kCtasPerSm), the shape cuDNN's Hopper kernels run at 1k (64 x 128, one
-// warpgroup: d 64 causal 1k 200 us against our 252 on an H100, 2026-12-07). d64: 64 x 128
-// (81 KB of shared memory a CTA); d128: 64 x 64 (97 KB; 64 x 128 would not fit two).
-// Written 2026-12-07 (third session), not yet timed.
-constexpr FwdTile fwd_tile_small(int d, int dv) {
-  return d <= 64 && dv <= 64     ? FwdTile{64, 128, 2, kOverlap}
-         : d <= 128 && dv <= 128 ? FwdTile{64, 64, 2, kOverlap}
-                                 : FwdTile{0, 0, 0, 0};
-}
-
 // Whether the steady-state step waits for V_j after issuing S_{j+1} = Q K_{j+1}^T (kVLate,
 // kernel_fwd_sm90.cuh; FA3's and FA4's order) rather than before its turn. Self-test, cold,
 // 2026-12-04 (TFLOP/s, late / early): d64 0..+2.6% at every N and causal (16k nc 529 / 521,

@@ -1,8 +1,9 @@
-"""In-process A/B of per-call forward switches (default `FLASHATTN_SM90_FWD_SMALL=4096`: the
-64-row tiles) against the default path and SDPA cuDNN, on the benchmark's shapes (bf16, B x N =
+"""In-process A/B of per-call forward switches (read per call, e.g. `FLASHATTN_SM90_TMA_O=0`;
+several set together) against the default path and SDPA cuDNN, on the benchmark's shapes (bf16, B x N =
 16384, H x d = 2048): the three in turn each round (CUDA events, one untimed call first),
 TFLOP/s at the median of the rounds, and the largest output difference between our two forms.
-Usage: python3 tools/device/fwd_env_ab.py [--env NAME=VALUE ...] [--d 64 128] [--N 512 1024]"""
+(Written for the 64-row tiles of 2026-12-07, since dropped: results/h100_fwd_small_32b3356.txt.)
+Usage: python3 tools/device/fwd_env_ab.py --env NAME=VALUE ... [--d 64 128] [--N 512 1024]"""
 import argparse
 import os
 import statistics
@@ -16,7 +17,7 @@ import flashattn
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--env", nargs="+", default=["FLASHATTN_SM90_FWD_SMALL=4096"])
+    ap.add_argument("--env", nargs="+", required=True)
     ap.add_argument("--d", nargs="+", type=int, default=[64, 128])
     ap.add_argument("--N", nargs="+", type=int, default=[512, 1024, 2048, 4096])
     ap.add_argument("--causal", nargs="+", type=int, default=[0, 1])
