@@ -1,26 +1,54 @@
 """The split count of the decode kernel against its time: flash_attn_with_kvcache at
 num_splits 0 (the plan's choice) and fixed counts, per cell, timed as the benchmark times a
-decode call (bench.time_calls over enough caches to exceed the L2); microseconds per call.
-Usage: python3 tools/device/decode_splits.py [--cells 1x4096 1x16384] [--splits 0 8 16 ...]."""
+decode call (bench.time_calls over enough caches to exceed the L2), or with --graph the same
+calls captured in CUDA graphs (the kernels' chain alone, host time out; SDPA cuDNN captured
+too, as the last column); microseconds per call.
+Usage: python3 tools/device/decode_splits.py [--graph] [--cells 1x4096 1x16384] [--splits 0 8 ...]"""
 import argparse
 import math
+import os
 import statistics
+import sys
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
 from flashattn import bench
 from flashattn.bench_decode import DecodeCell, _cache
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from decode_env_ab import captured  # noqa: E402
+
+
+def graph_us(fns, rounds=7, calls=20):
+    """Median over rounds of the per-call time of fns captured in one CUDA graph."""
+    g = captured(fns)
+    times = []
+    for _ in range(rounds):
+        g.replay()
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        for _ in range(calls):
+            g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / (calls * len(fns)))
+    return statistics.median(times)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", nargs="+", default=["1x4096", "1x16384", "8x4096"])
     ap.add_argument("--splits", nargs="+", type=int, default=[0, 4, 8, 16, 24, 48, 66])
+    ap.add_argument("--graph", action="store_true")
     args = ap.parse_args()
     dev = torch.device("cuda")
-    print(torch.cuda.get_device_name(), "torch", torch.__version__)
-    print(f"{'cell':34s} " + " ".join(f"{'s=' + str(s):>8s}" for s in args.splits))
+    print(torch.cuda.get_device_name(), "torch", torch.__version__,
+          "(CUDA graphs)" if args.graph else "(the benchmark's timing)")
+    print(f"{'cell':34s} " + " ".join(f"{'s=' + str(s):>8s}" for s in args.splits) +
+          (f" {'cudnn':>8s}" if args.graph else ""))
     for spec in args.cells:
         b, n = (int(x) for x in spec.split("x"))
         cell = DecodeCell(b, n)
@@ -31,8 +59,21 @@ def main():
         for s in args.splits:
             calls = [lambda q=q, k=k, v=v: flashattn.flash_attn_with_kvcache(
                 q, k, v, cache_seqlens=seqlens, num_splits=s) for q, k, v in sets]
-            times = bench.time_calls(calls, dev, bench.Timing())
-            row.append(statistics.median(times) * 1e3)
+            if args.graph:
+                row.append(graph_us(calls))
+            else:
+                times = bench.time_calls(calls, dev, bench.Timing())
+                row.append(statistics.median(times) * 1e3)
+        if args.graph:  # SDPA cuDNN on the same numbers, heads first
+            sdpa = [(q.transpose(1, 2), k.transpose(1, 2).contiguous(),
+                     v.transpose(1, 2).contiguous()) for q, k, v in sets]
+            try:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    row.append(graph_us([lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
+                        q, k, v, enable_gqa=cell.H != cell.Hk) for q, k, v in sdpa]))
+            except RuntimeError as e:  # not capturable here: say so, keep ours
+                print(f"  cudnn in a graph failed: {str(e).splitlines()[0][:100]}")
+                row.append(float("nan"))
         print(f"{str(cell):34s} " + " ".join(f"{t:8.1f}" for t in row), flush=True)
 
 
