@@ -123,10 +123,11 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   // The default tiles' ring, or the deep one (decode_plan: up to d 128 only).
   auto by_rows = [&](auto ring) {
     constexpr int kRing = decltype(ring)::value;
+    using E = Element;
     switch (pl.warps_m) {
-      case 1: launch_decode<DecodeTraits<kHeadDim, Element, 1, 64, kRing>>(p, pl, a, stream); break;
-      case 2: launch_decode<DecodeTraits<kHeadDim, Element, 2, 64, kRing>>(p, pl, a, stream); break;
-      default: launch_decode<DecodeTraits<kHeadDim, Element, 4, 64, kRing>>(p, pl, a, stream); break;
+      case 1: launch_decode<DecodeTraits<kHeadDim, E, 1, 64, kRing>>(p, pl, a, stream); break;
+      case 2: launch_decode<DecodeTraits<kHeadDim, E, 2, 64, kRing>>(p, pl, a, stream); break;
+      default: launch_decode<DecodeTraits<kHeadDim, E, 4, 64, kRing>>(p, pl, a, stream); break;
     }
   };
   if (pl.small_smem) {

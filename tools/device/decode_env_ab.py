@@ -7,7 +7,8 @@ largest output difference between them (the same partials merged: a few ulps at 
 Eager calls of the small cells are host-bound (the switches change GPU time only), so
 `--graph` times the same calls captured in CUDA graphs (one graph a form, the switches read
 at capture), the kernels' chain alone.
-Usage: python3 tools/device/decode_env_ab.py [--env NAME=VALUE ...] [--graph] [--cells 1x4096 ...]"""
+Usage: python3 tools/device/decode_env_ab.py [--env NAME=VALUE ...] [--graph]
+[--cells 1x4096 ...]"""
 import argparse
 import contextlib
 import math

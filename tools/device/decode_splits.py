@@ -3,7 +3,8 @@ num_splits 0 (the plan's choice) and fixed counts, per cell, timed as the benchm
 decode call (bench.time_calls over enough caches to exceed the L2), or with --graph the same
 calls captured in CUDA graphs (the kernels' chain alone, host time out; SDPA cuDNN captured
 too, as the last column); microseconds per call.
-Usage: python3 tools/device/decode_splits.py [--graph] [--cells 1x4096 1x16384] [--splits 0 8 ...]"""
+Usage: python3 tools/device/decode_splits.py [--graph] [--cells 1x4096 1x16384]
+[--splits 0 8 ...]"""
 import argparse
 import math
 import os

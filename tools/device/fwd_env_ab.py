@@ -1,8 +1,9 @@
 """In-process A/B of per-call forward switches (read per call, e.g. `FLASHATTN_SM90_TMA_O=0`;
-several set together) against the default path and SDPA cuDNN, on the benchmark's shapes (bf16, B x N =
-16384, H x d = 2048): the three in turn each round (CUDA events, one untimed call first),
-TFLOP/s at the median of the rounds, and the largest output difference between our two forms.
-(Written for the 64-row tiles of 2026-12-07, since dropped: results/h100_fwd_small_32b3356.txt.)
+several set together) against the default path and SDPA cuDNN, on the benchmark's shapes
+(bf16, B x N = 16384, H x d = 2048): the three in turn each round (CUDA events, one untimed
+call first), TFLOP/s at the median of the rounds, and the largest output difference between
+our two forms. (Written for the 64-row tiles of 2026-12-07, since dropped:
+benchmarks/results/h100_fwd_small_32b3356.txt.)
 Usage: python3 tools/device/fwd_env_ab.py --env NAME=VALUE ... [--d 64 128] [--N 512 1024]"""
 import argparse
 import os
