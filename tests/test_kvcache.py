@@ -191,13 +191,11 @@ def test_kvcache(device, c):
 
 
 # The CUDA combine's forms (kernel_decode_sm80.cuh: by default one CTA per row, launched as a
-# programmatic dependent of the split kernel on Hopper; FLASHATTN_DECODE_COMBINE=serial,
-# FLASHATTN_DECODE_PDL=0 for a plain launch, and the split kernel's deep ring,
-# FLASHATTN_DECODE_DEEP=1).
+# programmatic dependent of the split kernel on Hopper; FLASHATTN_DECODE_COMBINE=serial, and
+# FLASHATTN_DECODE_PDL=0 for a plain launch).
 _COMBINE_ENV = {"default": {}, "serial": {"FLASHATTN_DECODE_COMBINE": "serial"},
                 "nopdl": {"FLASHATTN_DECODE_PDL": "0"},
-                "serial-nopdl": {"FLASHATTN_DECODE_COMBINE": "serial", "FLASHATTN_DECODE_PDL": "0"},
-                "deep": {"FLASHATTN_DECODE_DEEP": "1"}}
+                "serial-nopdl": {"FLASHATTN_DECODE_COMBINE": "serial", "FLASHATTN_DECODE_PDL": "0"}}
 _COMBINES = [(d, "default") for d in DEVICES] + \
     [("cuda", c) for c in _COMBINE_ENV if c != "default"] * ("cuda" in DEVICES)
 

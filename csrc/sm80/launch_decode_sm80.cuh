@@ -10,7 +10,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "../common/cuda_check.h"
 #include "../common/params.h"
@@ -19,15 +18,11 @@
 
 namespace flashattn::sm80 {
 
-// DecodePlan::deep's ring: six 64-key stages at d 128 (196 KB).
-inline constexpr int kDecodeDeepRing = 6 * 2 * 64 * 128 * 2;
-
 struct DecodePlan {
   int warps_m = 1;      // 16-row warp groups of a tile (1, 2 or 4)
   int m_tiles = 0;      // row tiles per (batch, KV head)
   int num_splits = 1;   // key splits (grid.y)
   bool small_smem = false;
-  bool deep = false;    // DecodeDeep: one CTA an SM with a deeper ring (FLASHATTN_DECODE_DEEP=1)
   int64_t rows_total = 0;  // nheads * total_q
   int dv_pitch = 0;
   int64_t workspace_f32 = 0;  // partial outputs + their LSEs (0 when num_splits is 1)
@@ -49,13 +44,6 @@ inline DecodePlan decode_plan(const FwdParams& p, int bucket) {
   const int default_smem = decode_smem_bytes(16 * pl.warps_m, bucket, 64, 98304);
   pl.small_smem = smem_optin_bytes() < default_smem;
   if (pl.small_smem) pl.warps_m = 4;
-  // FLASHATTN_DECODE_DEEP=1 (read per call; opt-in until timed): up to d 128, one CTA an SM
-  // whose ring holds 6 stages (5 blocks in flight: 160 KB an SM against the default's 2 x 2
-  // x 32 KB), for the small-batch cells that ncu showed latency-bound at 8 warps an SM.
-  const char* deep_env = std::getenv("FLASHATTN_DECODE_DEEP");
-  pl.deep = deep_env != nullptr && std::strcmp(deep_env, "1") == 0 && !pl.small_smem &&
-            !big && smem_optin_bytes() >= decode_smem_bytes(16 * pl.warps_m, bucket, 64,
-                                                            kDecodeDeepRing);
   const int tile_m = 16 * pl.warps_m;
   pl.m_tiles = static_cast<int>((rows + tile_m - 1) / tile_m);
   const int64_t ctas = int64_t(p.batch) * p.nheads_k * pl.m_tiles;
@@ -65,7 +53,7 @@ inline DecodePlan decode_plan(const FwdParams& p, int bucket) {
   if (p.num_splits > 0) {
     pl.num_splits = static_cast<int>(std::min<int64_t>({p.num_splits, blocks, 256}));
   } else {
-    const int64_t slots = (big || pl.deep ? 1LL : 2LL) *
+    const int64_t slots = (big ? 1LL : 2LL) *
                           current_device_attribute(cudaDevAttrMultiProcessorCount);
     pl.num_splits = ctas >= slots ? 1
                                   : static_cast<int>(std::min<int64_t>({slots / ctas, blocks, 128}));
@@ -120,22 +108,14 @@ void run_decode_hdim(const FwdParams& p, cudaStream_t stream) {
   const char* pdl_env = std::getenv("FLASHATTN_DECODE_PDL");
   a.pdl = pl.num_splits > 1 && !(pdl_env != nullptr && std::strcmp(pdl_env, "0") == 0) &&
           current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
-  // The default tiles' ring, or the deep one (decode_plan: up to d 128 only).
-  auto by_rows = [&](auto ring) {
-    constexpr int kRing = decltype(ring)::value;
-    using E = Element;
-    switch (pl.warps_m) {
-      case 1: launch_decode<DecodeTraits<kHeadDim, E, 1, 64, kRing>>(p, pl, a, stream); break;
-      case 2: launch_decode<DecodeTraits<kHeadDim, E, 2, 64, kRing>>(p, pl, a, stream); break;
-      default: launch_decode<DecodeTraits<kHeadDim, E, 4, 64, kRing>>(p, pl, a, stream); break;
-    }
-  };
   if (pl.small_smem) {
     launch_decode<DecodeSmallSmem<kHeadDim, Element>>(p, pl, a, stream);
-  } else if (pl.deep) {
-    if constexpr (kHeadDim <= 128) by_rows(std::integral_constant<int, kDecodeDeepRing>{});
   } else {
-    by_rows(std::integral_constant<int, 98304>{});  // DecodeTraits' default ring
+    switch (pl.warps_m) {
+      case 1: launch_decode<DecodeTraits<kHeadDim, Element, 1>>(p, pl, a, stream); break;
+      case 2: launch_decode<DecodeTraits<kHeadDim, Element, 2>>(p, pl, a, stream); break;
+      default: launch_decode<DecodeTraits<kHeadDim, Element, 4>>(p, pl, a, stream); break;
+    }
   }
   if (pl.num_splits > 1) {
     static_assert(4 * 64 >= kHeadDim, "the cta combine covers value dims up to 256");
