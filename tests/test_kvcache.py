@@ -205,8 +205,8 @@ _COMBINES = [(d, "default") for d in DEVICES] + \
 @pytest.mark.parametrize("hd", [128, 64, 96, 192])  # value dims 64 / 96 / 192: partial lanes
 def test_num_splits_same_result(device, combine, paged, hd, monkeypatch):
     """num_splits 1 and several give the same result within tolerance (bitwise on the CPU,
-    which ignores it); the caches get the same rows. On CUDA with every combine loop (the
-    parallel one's splits past a short sequence's keys are empty: weight 0)."""
+    which ignores it); the caches get the same rows. On CUDA with every combine form (splits
+    past a short sequence's keys are empty: weight 0)."""
     for name, value in _COMBINE_ENV[combine].items():
         monkeypatch.setenv(name, value)
     c = dict(dtype="bf16", hd=(hd, hd), sl=(4, 2048), heads="gqa", new_kv=True,
