@@ -564,6 +564,34 @@ __device__ __forceinline__ void decode_store_out4(Element* out, int col, int dv,
   }
 }
 
+// The sink (params.h) of head h as one more part of output 0: its e^sink joins the sum l (in
+// units of e^m; m moves to the larger of the two). Returns the factor the parts summed so far
+// take: 1 without a sink, 0 while m was -inf.
+__device__ __forceinline__ float combine_join_sink(const FwdParams& p, int h, float& m, float& l) {
+  if (p.sink_ptr == nullptr) return 1.f;
+  const float sink = p.sink_ptr[h];
+  if (sink == -INFINITY) return 1.f;
+  const float big = fmaxf(m, sink);
+  const float r = m == -INFINITY ? 0.f : expf(m - big);
+  l = l * r + expf(sink - big);
+  m = big;
+  return r;
+}
+
+// Row `row`'s output (head h), and its LSE written from (m, l) where write_lse (one thread).
+template <typename Element>
+__device__ __forceinline__ Element* combine_row_out(const FwdParams& p, int64_t row, int h,
+                                                    float m, float l, bool write_lse) {
+  const int64_t q_row = row % p.total_q;
+  const int64_t b = p.is_varlen ? 0 : q_row / p.seqlen_q;
+  const int64_t tk = p.is_varlen ? q_row : q_row % p.seqlen_q;
+  if (write_lse)
+    p.lse_ptr[b * p.lse_batch_stride + h * p.lse_head_stride + tk] =
+        l > 0.f ? m + logf(l) : -INFINITY;
+  return static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
+         h * p.o_head_stride;
+}
+
 // Merges the num_splits partial outputs of every row: weights exp(lse_s - max), out = sum_s
 // w_s O_s / sum_s w_s, lse = max + log(sum_s w_s) (the sink's e^sink in the sum when there is
 // one). Rows of no sequence (varlen padding) read the zeroed workspace and write zeros there.
@@ -594,24 +622,9 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
   const int h = static_cast<int>(row / p.total_q);
-  // The sink (params.h) as one more part of output 0: its e^sink joins the sum.
-  if (p.sink_ptr != nullptr) {
-    const float sink = p.sink_ptr[h];
-    if (sink != -INFINITY) {
-      const float big = fmaxf(m, sink);
-      l = (m == -INFINITY ? 0.f : l * expf(m - big)) + expf(sink - big);
-      m = big;
-    }
-  }
-  const int64_t q_row = row % p.total_q;
-  const int64_t b = p.is_varlen ? 0 : q_row / p.seqlen_q;
-  const int64_t tk = p.is_varlen ? q_row : q_row % p.seqlen_q;
-  if (lane == 0)
-    p.lse_ptr[b * p.lse_batch_stride + h * p.lse_head_stride + tk] =
-        l > 0.f ? m + logf(l) : -INFINITY;
+  combine_join_sink(p, h, m, l);  // no part is summed yet: its factor is not needed
+  Element* out = combine_row_out<Element>(p, row, h, m, l, lane == 0);
   const float inv = l > 0.f ? 1.f / l : 0.f;
-  Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
-                 h * p.o_head_stride;
   for (int col = lane * 4; col < dv; col += 128) {
     float o[4] = {0.f, 0.f, 0.f, 0.f};
     for (int s = 0; s < num_splits; ++s) {
@@ -718,27 +731,10 @@ __global__ void __launch_bounds__(256)
     }
   }
   const int h = static_cast<int>(row / p.total_q);
-  // The sink (params.h) as one more part of output 0: its e^sink joins the sum.
-  if (p.sink_ptr != nullptr) {
-    const float sink = p.sink_ptr[h];
-    if (sink != -INFINITY) {
-      const float big = fmaxf(mx, sink);
-      const float r = mx == -INFINITY ? 0.f : expf(mx - big);
-      sum = sum * r + expf(sink - big);
-      acc[0] *= r, acc[1] *= r, acc[2] *= r, acc[3] *= r;
-      mx = big;
-    }
-  }
-  const int64_t q_row = row % p.total_q;
-  const int64_t b = p.is_varlen ? 0 : q_row / p.seqlen_q;
-  const int64_t tk = p.is_varlen ? q_row : q_row % p.seqlen_q;
-  if (c == 0)
-    p.lse_ptr[b * p.lse_batch_stride + h * p.lse_head_stride + tk] =
-        sum > 0.f ? mx + logf(sum) : -INFINITY;
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;
-  acc[0] *= inv, acc[1] *= inv, acc[2] *= inv, acc[3] *= inv;
-  Element* out = static_cast<Element*>(p.o_ptr) + b * p.o_batch_stride + tk * p.o_row_stride +
-                 h * p.o_head_stride;
+  const float r = combine_join_sink(p, h, mx, sum);
+  Element* out = combine_row_out<Element>(p, row, h, mx, sum, c == 0);
+  const float scale = sum > 0.f ? r / sum : 0.f;
+  acc[0] *= scale, acc[1] *= scale, acc[2] *= scale, acc[3] *= scale;
   if (col < dv) decode_store_out4<Element>(out, col, dv, a.vec_ok, acc);
 }
 
