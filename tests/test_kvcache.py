@@ -253,6 +253,28 @@ def test_combine_many_splits(combine, hd, num_splits, monkeypatch):
     assert_close("sink lse", lse, ref["lse"], low["lse"], torch.bfloat16)
 
 
+# Query rows per KV head (tokens x group) at the decode tiles' edges: a 16-row warp tile with
+# its rows 8..15 all padding (8), some real (9, 12 x 3 tokens / 4 = 9), all real (16, 8 x 2
+# tokens), and a second warp tile begun (17); a window cutting into the keys, two splits' worth
+# of keys for one sequence and few for the other.
+_ROWS = [(8, 1, 1), (9, 1, 1), (16, 1, 1), (8, 1, 2), (17, 1, 1), (12, 4, 3)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("H,Hk,sq", _ROWS, ids=[f"{h}x{hk}x{sq}" for h, hk, sq in _ROWS])
+@pytest.mark.parametrize("hd", [64, 128, 256])
+def test_decode_rows_per_kv_head(device, H, Hk, sq, hd):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    skip_if_no_kernel(device, dtype, hd, backward=False)
+    B, cap = 2, 700
+    args = dict(q=rand([B, sq, H, hd], dtype, device),
+                k_cache=rand([B, cap, Hk, hd], dtype, device),
+                v_cache=rand([B, cap, Hk, hd], dtype, device),
+                cache_seqlens=torch.tensor([650, 37], dtype=torch.int32, device=device),
+                causal=True, window_size=(100, 0), num_splits=0)
+    check_kvcache_call(args, dtype)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_cache_seqlens_int_and_returns(device):
     """cache_seqlens as an int (every sequence), out alone without return_softmax_lse, and no

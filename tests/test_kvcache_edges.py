@@ -72,8 +72,9 @@ METADATA = {
 }
 
 METADATA_SCRIPT = textwrap.dedent("""
-    import sys, torch, flashattn
+    import os, sys, torch, flashattn
     device, dtype = sys.argv[1], getattr(torch, sys.argv[2])
+    D = int(os.environ.get("FLASHATTN_TEST_HEADDIM", "64"))  # the head dim of every tensor
     cases = eval(sys.argv[3])
     torch.manual_seed(int(sys.argv[4]))
     G = 256  # guard rows of NaN on each side of every tensor: a read outside shows as NaN
@@ -86,8 +87,8 @@ METADATA_SCRIPT = textwrap.dedent("""
 
     t = lambda x: torch.tensor(x, dtype=torch.int32, device=device)
     bt = t
-    _, kn = guarded(3, 3, 2, 64)  # the rows to append
-    _, vn = guarded(3, 3, 2, 64)
+    _, kn = guarded(3, 3, 2, D)  # the rows to append
+    _, vn = guarded(3, 3, 2, D)
     _, cos = guarded(64, 16)  # any finite values: only finiteness is checked
     _, sin = guarded(64, 16)
     bad = []
@@ -95,13 +96,13 @@ METADATA_SCRIPT = textwrap.dedent("""
         print("BEGIN", name, flush=True)
         kw = eval("dict(" + text + ")")
         paged, varlen = kw.pop("paged", False), kw.pop("varlen", False)
-        shape = (10, 16, 2, 64) if paged or varlen else (3, 64, 2, 64)
+        shape = (10, 16, 2, D) if paged or varlen else (3, 64, 2, D)
         kbuf, kc = guarded(*shape)
         vbuf, vc = guarded(*shape)
-        _, q = guarded(3, 4, 4, 64)
+        _, q = guarded(3, 4, 4, D)
         if varlen:
             cu_q = t([0, 4, 8, 12])
-            out = flashattn.flash_attn_varlen_func(q.reshape(12, 4, 64), kc, vc, cu_q,
+            out = flashattn.flash_attn_varlen_func(q.reshape(12, 4, D), kc, vc, cu_q,
                                                    kw["cu_k"], 4, 64, causal=True,
                                                    block_table=kw["block_table"])
         else:
@@ -123,14 +124,22 @@ METADATA_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_wrong_metadata_is_clamped(device, seed):
+# Head dims: 64 everywhere; on CUDA also 128 and 256, whose decode tiles copy rows differently
+# (the straight-line copy form up to 128, the general one at 256).
+_METADATA_PARAMS = [(d, 64) for d in DEVICES] + [("cuda", hd) for hd in (128, 256)
+                                                 if "cuda" in DEVICES]
+
+
+@pytest.mark.parametrize("device,headdim", _METADATA_PARAMS,
+                         ids=[f"{d}-d{hd}" for d, hd in _METADATA_PARAMS])
+def test_wrong_metadata_is_clamped(device, headdim, seed, monkeypatch):
     """cache_seqlens beyond the capacity or negative, block_table entries outside the pool or
     negative, cache_batch_idx and cache_leftpad out of range, varlen cu_seqlens_k past the
     block table: no crash, every output finite (every read inside the caches, which sit
     between NaN guard rows), the guard rows still NaN (no write outside)."""
     dtype = torch.float32 if device == "cpu" else torch.float16
     _skip(device, dtype)
+    monkeypatch.setenv("FLASHATTN_TEST_HEADDIM", str(headdim))
     run_cases_in_subprocess(METADATA_SCRIPT, device, dtype, METADATA, seed)
 
 
