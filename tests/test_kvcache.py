@@ -200,6 +200,11 @@ _COMBINES = [(d, "default") for d in DEVICES] + \
     [("cuda", c) for c in _COMBINE_ENV if c != "default"] * ("cuda" in DEVICES)
 
 
+def _set_combine(monkeypatch, combine):
+    for name, value in _COMBINE_ENV[combine].items():
+        monkeypatch.setenv(name, value)
+
+
 @pytest.mark.parametrize("device,combine", _COMBINES, ids=[f"{d}-{c}" for d, c in _COMBINES])
 @pytest.mark.parametrize("paged", [None, 64])
 @pytest.mark.parametrize("hd", [128, 64, 96, 192])  # value dims 64 / 96 / 192: partial lanes
@@ -207,8 +212,7 @@ def test_num_splits_same_result(device, combine, paged, hd, monkeypatch):
     """num_splits 1 and several give the same result within tolerance (bitwise on the CPU,
     which ignores it); the caches get the same rows. On CUDA with every combine form (splits
     past a short sequence's keys are empty: weight 0)."""
-    for name, value in _COMBINE_ENV[combine].items():
-        monkeypatch.setenv(name, value)
+    _set_combine(monkeypatch, combine)
     c = dict(dtype="bf16", hd=(hd, hd), sl=(4, 2048), heads="gqa", new_kv=True,
              new_eq_q=True, rotary=1.0, interleaved=False, paged=paged, causal=True,
              local=False, softcap=0.0, alibi=False, leftpad=False, batch_idx=False,
@@ -233,8 +237,7 @@ def test_combine_many_splits(combine, hd, num_splits, monkeypatch):
     sequence beside a long one (its splits past its keys empty), and a sink: out and lse
     against the float64 reference."""
     from reference import ref_and_lowp_ext
-    for name, value in _COMBINE_ENV[combine].items():
-        monkeypatch.setenv(name, value)
+    _set_combine(monkeypatch, combine)
     c = dict(dtype="bf16", hd=(hd, hd), sl=(1, 16384), heads="gqa", new_kv=True,
              new_eq_q=True, rotary=0.0, interleaved=False, paged=None, causal=True,
              local=False, softcap=0.0, alibi=False, leftpad=False, batch_idx=False,

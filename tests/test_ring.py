@@ -51,6 +51,8 @@ def _nccl_skip(world_size):
         return f"{world_size} ranks need {world_size} GPUs, this machine has " \
                f"{torch.cuda.device_count()}"
     return None
+
+
 GLOO_TIMEOUT = datetime.timedelta(seconds=60)
 JOIN_DEADLINE_S = 150  # a whole spawn (start-up included); gloo's timeout fires well before
 

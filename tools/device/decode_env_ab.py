@@ -12,61 +12,12 @@ Usage: python3 tools/device/decode_env_ab.py [--env NAME=VALUE ...] [--graph]
 import argparse
 import contextlib
 import math
-import os
-import statistics
 
 import torch
 
+from ab_timing import captured, parse_switch, switched, time_ab  # tools/device/
 from flashattn import bench
 from flashattn.bench_decode import DecodeCell, _ours_call
-
-
-@contextlib.contextmanager
-def switched(switch, on):
-    """The variables of `switch` set (on) or unset (off) inside the block, unset after."""
-    for name, value in switch.items():
-        if on:
-            os.environ[name] = value
-        else:
-            os.environ.pop(name, None)
-    try:
-        yield
-    finally:
-        for name in switch:
-            os.environ.pop(name, None)
-
-
-def captured(fns):
-    """A CUDA graph of fns called in turn (warmed up on a side stream first)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    return g
-
-
-def time_ab(runs, rounds, calls):
-    """runs: {form: (setup context manager, callable doing `per` calls, per)}; the forms in
-    turn each round, one untimed call first; ms per call, the median of the rounds."""
-    times = {v: [] for v in runs}
-    for _ in range(rounds):
-        for v, (ctx, fn, per) in runs.items():
-            with ctx():
-                fn()
-                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                start.record()
-                for _ in range(calls):
-                    fn()
-                end.record()
-                end.synchronize()
-            times[v].append(start.elapsed_time(end) / (calls * per))
-    return {v: statistics.median(t) for v, t in times.items()}
 
 
 def main():
@@ -79,7 +30,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--calls", type=int, default=50)
     args = ap.parse_args()
-    switch = dict(e.partition("=")[::2] for e in args.env)
+    switch = parse_switch(args.env)
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "switch", " ".join(args.env),
           "(CUDA graphs)" if args.graph else "(eager calls)")

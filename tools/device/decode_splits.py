@@ -6,37 +6,24 @@ too, as the last column); microseconds per call.
 Usage: python3 tools/device/decode_splits.py [--graph] [--cells 1x4096 1x16384]
 [--splits 0 8 ...]"""
 import argparse
+import contextlib
 import math
-import os
 import statistics
-import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+from ab_timing import captured, time_ab  # tools/device/
 from flashattn import bench
 from flashattn.bench_decode import DecodeCell, _cache
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from decode_env_ab import captured  # noqa: E402
-
 
 def graph_us(fns, rounds=7, calls=20):
-    """Median over rounds of the per-call time of fns captured in one CUDA graph."""
+    """Median over rounds of the per-call time (us) of fns captured in one CUDA graph."""
     g = captured(fns)
-    times = []
-    for _ in range(rounds):
-        g.replay()
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        for _ in range(calls):
-            g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / (calls * len(fns)))
-    return statistics.median(times)
+    return time_ab({0: (contextlib.nullcontext, g.replay, len(fns))}, rounds, calls)[0] * 1e3
 
 
 def main():
