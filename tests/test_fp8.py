@@ -148,7 +148,7 @@ def test_fp8_forward_vchip(c, monkeypatch):
 
 def _long_params():
     f = _factors("cuda")
-    f.update(hd=[(111, 111), (128, 128)], window=["none"], softcap=[0.0])
+    f.update(hd=[(111, 111), (128, 128), (240, 240), (256, 256)], window=["none"], softcap=[0.0])
     return [pytest.param(c, id=f"cuda-{case_id(c)}") for c in covering_set(f, seed=43)]
 
 
@@ -157,9 +157,10 @@ def _long_params():
 @pytest.mark.parametrize("c", _long_params())
 def test_fp8_forward_long_tile(c, monkeypatch):
     """The sm90 FP8 forward's long-key tile (tile_fwd_sm90.h's fwd_tile_fp8_long, d128 128 x
-    192, from 8k keys up by default) at every length (FLASHATTN_SM90_FP8_LONG=1): partial and
-    single key blocks, causal, varlen with empty sequences (its V^T regions hold 192-key blocks), GQA,
-    the descales; the calls it takes (d 72-128, no softcap, no window but causal)."""
+    192, from 8k keys up by default; d256 128 x 128 in a FLASHATTN_SM90_FP8_D256_LONG build) at
+    every length (FLASHATTN_SM90_FP8_LONG=1): partial and single key blocks, causal, varlen with
+    empty sequences (its V^T regions hold 192-key blocks), GQA, the descales; the calls it takes
+    (d 72-128 and 193-256, no softcap, no window but causal)."""
     skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_FP8_LONG", "1")
     run_case("cuda", c)

@@ -141,8 +141,18 @@ constexpr FwdTile fwd_tile_fp8(int d, int dv) {
 // 1.08 (non-causal / causal), 4k 0.98-1.00, 1k 0.89 / 0.84. ptxas: no spills (softcap's
 // would spill 56 bytes: not built). At d64, 192 keys spilled 336 bytes (three consumers).
 inline constexpr int kFp8LongKeys = 8192;
+// d256 (FLASHATTN_SM90_FP8_D256_LONG, a build's A/B, default 0, written 2026-12-07 without a
+// GPU): 1: 128 x 128 without ping-pong, 2: with it (FA3's d256 FP8 tile is 128 x 128 with its
+// scheduler barrier); the 64-key tile rescales O's 128 columns a thread for 32 exponentials a
+// block. ptxas, plain kernel: 0 / 4 bytes of spills (softcap, which never takes it: 72).
+#ifndef FLASHATTN_SM90_FP8_D256_LONG
+#define FLASHATTN_SM90_FP8_D256_LONG 0
+#endif
 constexpr FwdTile fwd_tile_fp8_long(int d, int dv) {
-  return d == 128 && dv == 128 ? FwdTile{128, 192, 2, kPingPong} : FwdTile{0, 0, 0, 0};
+  return d == 128 && dv == 128 ? FwdTile{128, 192, 2, kPingPong}
+         : d == 256 && dv == 256 && FLASHATTN_SM90_FP8_D256_LONG > 0
+             ? FwdTile{128, 128, 2, FLASHATTN_SM90_FP8_D256_LONG == 2 ? kPingPong : kOverlap}
+             : FwdTile{0, 0, 0, 0};
 }
 // The widest key block an FP8 tile reads (fp8_layout_sm90.h sizes varlen's V^T regions by it).
 constexpr int fwd_fp8_block_n_max() {
