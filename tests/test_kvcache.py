@@ -278,6 +278,67 @@ def test_decode_rows_per_kv_head(device, H, Hk, sq, hd):
     check_kvcache_call(args, dtype)
 
 
+# Windows whose edges fall inside a warp's slice of a key block (the decode kernel's blocks
+# are 32-128 keys; a warp reads 16-64 of them), with a left pad that is no multiple of 64, so
+# that the blocks inside the visible range and the two edge blocks take different code; with
+# softcap + ALiBi (the score transform runs in both); and causal with more queries than keys
+# (rows that see no key: out 0, lse -inf). GQA of 8 at 2 tokens: 16 rows a KV head.
+_WINDOWS = [((37, 0), "plain", None), ((100, 5), "mod", None), ((37, 0), "mod", 16),
+            ((100, 5), "plain", 32), ((-1, 0), "plain", None)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("window,mod,paged", _WINDOWS,
+                         ids=[f"w{w[0]}_{w[1]}-{m}-p{p}" for w, m, p in _WINDOWS])
+@pytest.mark.parametrize("hd", [64, 128, 256])
+def test_decode_window_edges(device, window, mod, paged, hd):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    skip_if_no_kernel(device, dtype, hd, backward=False)
+    B, H, Hk, sq, cap = 2, 16, 2, 2, 640
+    k_cache, v_cache = (rand([B, cap, Hk, hd], dtype, device) for _ in range(2))
+    seqlens = [613, 1] if window[0] < 0 else [613, 301]  # 1 key: a query row sees none
+    args = dict(q=rand([B, sq, H, hd], dtype, device), causal=True, window_size=window,
+                num_splits=0,
+                cache_seqlens=torch.tensor(seqlens, dtype=torch.int32, device=device))
+    if mod == "mod":
+        args.update(softcap=2.0, alibi_slopes=torch.rand(B, H, device=device) * 0.3)
+    if paged is None:
+        args.update(k_cache=k_cache, v_cache=v_cache)
+        if window[0] >= 0:  # as flash-attn: no left pad with a paged cache
+            args["cache_leftpad"] = torch.tensor([77, 5], dtype=torch.int32, device=device)
+    else:
+        k_pages, bt = paged_cache(k_cache, paged, B)
+        v_pages = rand([k_pages.shape[0], paged, Hk, hd], dtype, device)
+        v_pages[bt.long().flatten()] = v_cache.reshape(-1, paged, Hk, hd)
+        args.update(k_cache=k_pages, v_cache=v_pages, block_table=bt)
+    out, lse = check_kvcache_call(args, dtype)
+    if window[0] < 0:  # sequence 1: one key, 2 tokens, causal: token 0 sees nothing
+        assert (out[1, 0] == 0).all() and torch.isneginf(lse[1, :, 0]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_splits", [1, 0, 5])
+@pytest.mark.parametrize("hd", [64, 128, 256])
+def test_decode_peaky_rows(device, num_splits, hd):
+    """A cache whose first key dominates the rows with positive queries (every later block
+    leaves their maximum where it was) and whose last key dominates the rows with negative
+    ones (their maximum moves in the last block), alternating by head, so that one warp's
+    16-row tile holds both kinds; against the float64 reference."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    skip_if_no_kernel(device, dtype, hd, backward=False)
+    B, H, Hk, sq, cap = 2, 16, 2, 2, 1100
+    sign = torch.tensor([1.0, -1.0] * (H // 2), device=device).view(1, 1, H, 1)
+    q = (rand([B, sq, H, hd], torch.float32, device).abs() * sign).to(dtype)
+    k_cache, v_cache = (rand([B, cap, Hk, hd], dtype, device) for _ in range(2))
+    seqlens = torch.tensor([1033, 700], dtype=torch.int32, device=device)
+    for b, n in enumerate(seqlens.tolist()):
+        k_cache[b, 0] = 0.5
+        k_cache[b, n - 1] = -0.5
+    args = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=seqlens,
+                num_splits=num_splits)
+    check_kvcache_call(args, dtype)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_cache_seqlens_int_and_returns(device):
     """cache_seqlens as an int (every sequence), out alone without return_softmax_lse, and no
