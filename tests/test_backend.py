@@ -325,13 +325,17 @@ def test_cuda_decode_shaped(case, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("d", [64, 96, 128, 256])  # 96: the default tiles are 64 bytes over
-def test_cuda_decode_small_smem(d, monkeypatch):
+# 96: the default tiles are 64 bytes over; pages of 16 (a key block over several pages) and
+# 32 (one page a block of the small tiles) at d 64 / 128.
+@pytest.mark.parametrize("d,page", [(64, 64), (96, 64), (128, 64), (256, 64), (64, 16),
+                                    (128, 16), (64, 32), (128, 32)])
+def test_cuda_decode_small_smem(d, page, monkeypatch):
     """The decode kernels' variant for GPUs with 99 KB of shared memory per block (sm_86 /
-    sm_89), picked under FLASHATTN_SMEM_LIMIT, against float64 (kvcache, paged)."""
+    sm_89), picked under FLASHATTN_SMEM_LIMIT, against float64 (kvcache, paged), GQA of 8 at
+    2 tokens (16 rows a KV head)."""
     monkeypatch.delenv("FLASHATTN_FORCE_BACKEND", raising=False)
     monkeypatch.setenv("FLASHATTN_SMEM_LIMIT", "101376")
-    B, sq, sk, H, Hk, page = 2, 2, 1024, 8, 2, 64
+    B, sq, sk, H, Hk = 2, 2, 1024, 16, 2
     dtype = torch.bfloat16
     q = rand([B, sq, H, d], dtype, "cuda")
     k, v = (rand([B, sk, Hk, d], dtype, "cuda") for _ in range(2))
