@@ -253,6 +253,15 @@ def decode_cases():
     run_kvcache(2, 1, 512, 4, 2, 64, bf16, new=1, batch_idx=[7, -3])
     run_kvcache(2, 1, 512, 4, 2, 64, bf16, leftpad=[600, -4], seqlens=[100, 200])
     run_kvcache(2, 1, 512, 4, 2, 64, bf16, num_splits=200)
+    # The same at d 128 (its copy map differs from d 64's), contiguous and paged 16 / 64 / 256
+    run_kvcache(2, 1, 512, 16, 2, 128, bf16, new=2, seqlens=[600, -50])
+    for pg in (16, 64, 256):
+        run_kvcache(2, 2, 512, 16, 2, 128, bf16, page=pg, new=1, seqlens=[10**6, 3],
+                    table_fix=lambda t: (t.__setitem__((0, 0), 10**6),
+                                         t.__setitem__((1, t.shape[1] - 1), -7)))
+    # Multi-page key blocks at d 128: pages of 16 and of 32 (a 64-key block over two)
+    run_kvcache(2, 2, 1024, 16, 2, 128, bf16, page=16, new=2, causal=True, seqlens=[1000, 333])
+    run_kvcache(2, 1, 1024, 8, 2, 128, fp16, page=32, seqlens=[999, 64])
     # The combine (a CTA per row, launched as a programmatic dependent on Hopper): many
     # splits (several batches a slot), empty splits of a short sequence, a sink, d 256
     run_kvcache(2, 1, 16384, 8, 2, 128, bf16, seqlens=[16000, 300], num_splits=256)
