@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute of one backward cell's main kernel, on the device: CELL="d N causal" (default
-# "128 16384 1"), IMPLS (default "ours fa4 cudnn"; fa4 after `source .peers/b/env.sh`). The
+# "128 16384 1"), IMPLS (default "ours fa4 cudnn"; fa4 after `source .peers/b/env.sh`;
+# sparse:<mask> / flex:<mask>, bwd_one.py's block-sparse cells, e.g. CELL="128 2048 0"
+# IMPLS="sparse:random25 flex:random25 ours"). The
 # sections of ncu_fwd.sh plus shared-memory bank conflicts (the dQ staging's, NOTES "The d128
 # backward against FA3 / FA4"). Writes $OUT/ncu_bwd_d<d>_N<N>_c<c>.log; a digest last.
 set -uo pipefail
@@ -14,7 +16,7 @@ MET="--metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__d
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 for impl in ${IMPLS:-ours fa4 cudnn}; do
   case $impl in  # the backward main kernel's name: ours bwd_kernel_sm90 / bwd_main_kernel (sm80)
-    ours) re="bwd_kernel|bwd_main_kernel" ;; sdpa) re="flash_bwd" ;;
+    ours|sparse:*) re="bwd_kernel|bwd_main_kernel" ;; sdpa) re="flash_bwd" ;; flex:*) re="triton" ;;
     cudnn) re="dgrad|bprop|sdpa|cudnn" ;; fa4) re="[Bb]ackward|[Bb]wd" ;;
     *) echo "unknown impl $impl"; continue ;;
   esac
