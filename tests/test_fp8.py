@@ -156,10 +156,10 @@ def _long_params():
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
 @pytest.mark.parametrize("c", _long_params())
 def test_fp8_forward_long_tile(c, monkeypatch):
-    """The sm90 FP8 forward's long-key tile (tile_fwd_sm90.h's fwd_tile_fp8_long, d128 128 x
-    192, from 8k keys up by default; d256 128 x 128 in a FLASHATTN_SM90_FP8_D256_LONG build) at
-    every length (FLASHATTN_SM90_FP8_LONG=1): partial and single key blocks, causal, varlen with
-    empty sequences (its V^T regions hold 192-key blocks), GQA, the descales; the calls it takes
+    """The sm90 FP8 forward's long-key tiles (tile_fwd_sm90.h's fwd_tile_fp8_long: d128 128 x
+    192 from 8k keys up by default, d256 128 x 128 from 2k) at every length
+    (FLASHATTN_SM90_FP8_LONG=1): partial and single key blocks, causal, varlen with empty
+    sequences (its V^T regions hold 192-key blocks), GQA, the descales; the calls they take
     (d 72-128 and 193-256, no softcap, no window but causal)."""
     skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_FP8_LONG", "1")
@@ -168,15 +168,17 @@ def test_fp8_forward_long_tile(c, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
-@pytest.mark.parametrize("causal", [False, True], ids=["cuda-nc", "cuda-causal"])
-def test_fp8_forward_long_tile_default(causal, monkeypatch):
-    """The long-key tile as a user's call meets it (FLASHATTN_SM90_FP8_LONG unset: from 8192
-    keys up): 8300 keys (a partial last 192-key block), 77 queries, GQA 4 / 2, d 128."""
+@pytest.mark.parametrize("causal", [False, True], ids=["nc", "causal"])
+@pytest.mark.parametrize("d,keys", [(128, 8300), (256, 2100)], ids=["cuda-d128", "cuda-d256"])
+def test_fp8_forward_long_tile_default(d, keys, causal, monkeypatch):
+    """The long-key tile as a user's call meets it (FLASHATTN_SM90_FP8_LONG unset: d 128 from
+    8192 keys, d 256 from 2048): 8300 / 2100 keys (a partial last 192- / 128-key block), 77
+    queries, GQA 4 / 2."""
     skip_unless_sm90()
     fp8_skip("cuda")
     monkeypatch.delenv("FLASHATTN_SM90_FP8_LONG", raising=False)
-    q = quantize([1, 77, 4, 128], "cuda")
-    k, v = quantize([1, 8300, 2, 128], "cuda"), quantize([1, 8300, 2, 128], "cuda")
+    q = quantize([1, 77, 4, d], "cuda")
+    k, v = quantize([1, keys, 2, d], "cuda"), quantize([1, keys, 2, d], "cuda")
     out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
     ref, emul, _ = ref_and_emul_fp8(q.cpu(), k.cpu(), v.cpu(), causal=causal)
     check_fp8({"out": out, "lse": lse}, ref, emul, None, torch.bfloat16, "cuda")

@@ -184,9 +184,13 @@ def sm90_cases():
     run_fp8(0, 0, 0, 4, 2, 128, 128, lens=([130, 0, 257, 1], [300, 5, 0, 399]), causal=True)
     run_fp8(1, 200, 300, 2, 2, 59, 59, strided=True)
     del os.environ["FLASHATTN_SM90_FP8_VCHIP"]
-    # ... and the d128 long-key tile (128 x 192; switched on at every length)
+    # ... and the long-key tiles (d128 128 x 192, d256 128 x 128): d 256 from 2048 keys by
+    # default, then both switched on at every length
+    run_fp8(1, 77, 2100, 4, 2, 256, 256)
     os.environ["FLASHATTN_SM90_FP8_LONG"] = "1"
     run_fp8(1, 300, 420, 4, 2, 128, 128, causal=True)
+    run_fp8(1, 300, 420, 4, 2, 256, 256, causal=True)
+    run_fp8(0, 0, 0, 4, 2, 240, 240, lens=([130, 0, 257, 1], [300, 5, 0, 399]), causal=True)
     run_fp8(0, 0, 0, 4, 2, 128, 128, lens=([130, 0, 257, 1], [300, 5, 0, 399]), causal=True)
     run_fp8(2, 1, 700, 8, 1, 112, 112, strided=True)
     del os.environ["FLASHATTN_SM90_FP8_LONG"]

@@ -107,12 +107,13 @@ inline bool sm90_tma_o_enabled() { return !env_is("FLASHATTN_SM90_TMA_O", '0'); 
 inline bool sm90_fp8_vchip_enabled() { return env_is("FLASHATTN_SM90_FP8_VCHIP", '1'); }
 
 // The FP8 long-key tile (tile_fwd_sm90.h's fwd_tile_fp8_long) for a call over `keys` keys: on
-// from kFp8LongKeys up (timed +4-5% at d 128 non-causal 8k / 16k on an H100, 2026-12-06; its
-// reference tests, test_fp8_forward_long_tile, run at every length under =1);
-// FLASHATTN_SM90_FP8_LONG=0 turns it off, =1 takes it at every length. Read per call.
-inline bool sm90_fp8_long_keys(int64_t keys) {
+// from min_keys (fwd_fp8_long_min_keys) up (timed on an H100: d 128 +4-5% non-causal 8k / 16k,
+// 2026-12-06; d 256 +4-12% from 2k, 2026-12-07; its reference tests,
+// test_fp8_forward_long_tile, run at every length under =1); FLASHATTN_SM90_FP8_LONG=0 turns it
+// off, =1 takes it at every length. Read per call.
+inline bool sm90_fp8_long_keys(int64_t keys, int min_keys) {
   if (env_is("FLASHATTN_SM90_FP8_LONG", '0')) return false;
-  return env_is("FLASHATTN_SM90_FP8_LONG", '1') || keys >= kFp8LongKeys;
+  return env_is("FLASHATTN_SM90_FP8_LONG", '1') || keys >= min_keys;
 }
 
 // The short local tile (tile_fwd_sm90.h's fwd_tile_short_local): on since its tests passed on
@@ -435,7 +436,7 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
 // The FP8 forward of the (kD, kDv) variant, out in Out (bf16 / fp16): the staging pass
 // (stage_fp8_sm90.cuh) into the workspace (fwd_workspace), then the FP8 kernel (the score
 // transform's variant for softcap), one tile shape for every mask but the long-key one
-// (fwd_tile_fp8_long: plain non-causal / causal calls over >= kFp8LongKeys keys).
+// (fwd_tile_fp8_long: plain non-causal / causal calls over >= fwd_fp8_long_min_keys keys).
 template <int kD, int kDv, typename Out>
 void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
 #ifdef FLASHATTN_DISABLE_FP8
@@ -458,7 +459,8 @@ void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
   constexpr FwdTile kLong = fwd_tile_fp8_long(kD, kDv);
   if constexpr (kLong.block_m > 0) {
     const bool causal_or_none = q.window_left < 0 && q.window_right <= 0;
-    if (!vchip && !fwd_score_mod(q) && causal_or_none && sm90_fp8_long_keys(q.seqlen_k) &&
+    if (!vchip && !fwd_score_mod(q) && causal_or_none &&
+        sm90_fp8_long_keys(q.seqlen_k, fwd_fp8_long_min_keys(kD)) &&
         smem_optin_bytes() >= fwd_smem_bytes(kLong, kD, kDv, 1)) {
       launch_fwd_sm90_kernel<FwdConfigFp8<kD, kDv, 0, true>, Out, false>(q, stream, {}, vt);
       return;

@@ -132,21 +132,27 @@ constexpr FwdTile fwd_tile_fp8(int d, int dv) {
                      : FwdTile{128, FLASHATTN_SM90_FP8_D256_BN, 2, kOverlap};
 }
 // FP8 calls without softcap, non-causal or causal (no other window), over at least
-// kFp8LongKeys keys, with the staged V^T (not FLASHATTN_SM90_FP8_VCHIP), take
+// fwd_fp8_long_min_keys keys, with the staged V^T (not FLASHATTN_SM90_FP8_VCHIP), take
 // fwd_tile_fp8_long's tile where it has one (block_m 0: none), unless FLASHATTN_SM90_FP8_LONG=0
-// (launch_fwd_sm90.cuh; its tests passed on an H100, 2026-12-06). d128: 128 x 192 ping-pong (the
-// per-block costs, row maxima, O's rescale, barriers and waits, over 1.5x the keys; FA3 takes
-// 224, past our shared memory with the on-chip V^T's ring). H100 A/B as a whole-build switch
-// (ab_builds.sh, 2026-12-06, results/h100_fp8_ab_20261206b.txt), 192 / 128 keys: 16k 1.04 /
-// 1.08 (non-causal / causal), 4k 0.98-1.00, 1k 0.89 / 0.84. ptxas: no spills (softcap's
-// would spill 56 bytes: not built). At d64, 192 keys spilled 336 bytes (three consumers).
+// (launch_fwd_sm90.cuh).
+// d128: 128 x 192 ping-pong from 8192 keys (the per-block costs, row maxima, O's rescale,
+// barriers and waits, over 1.5x the keys; FA3 takes 224, past our shared memory with the
+// on-chip V^T's ring). H100 A/B as a whole-build switch (ab_builds.sh, 2026-12-06,
+// results/h100_fp8_ab_20261206b.txt), 192 / 128 keys: 16k 1.04 / 1.08 (non-causal / causal),
+// 4k 0.98-1.00, 1k 0.89 / 0.84. ptxas: no spills (softcap's would spill 56 bytes: not built).
+// At d64, 192 keys spilled 336 bytes (three consumers).
+// d256: 128 x 128 without ping-pong from 2048 keys, where fwd_tile_fp8's 128 x 64 rescales
+// O's 128 columns a thread for 32 exponentials a block. H100 A/B (fp8_d256_ab.sh, 2026-12-07,
+// results/h100_fp8_d256_ab_834a95b.txt), against 128 x 64: non-causal 2k / 4k / 8k / 16k
+// 1.04 / 1.10 / 1.09 / 1.12 (1013 TFLOP/s at 16k), causal 0.99 / 1.06 / 1.11 / 1.10, 1k 0.98 /
+// 0.93 (hence the 2k rule); with ping-pong (FA3's d256 FP8 schedule) 0.92-1.13, below it at
+// all but 8k non-causal. ptxas, plain kernel: 0 bytes of spills (ping-pong 4; softcap, which
+// never takes it, 72). FLASHATTN_SM90_FP8_D256_LONG (a build's A/B): 0 none, 1 (the package)
+// 128 x 128, 2 with ping-pong.
 inline constexpr int kFp8LongKeys = 8192;
-// d256 (FLASHATTN_SM90_FP8_D256_LONG, a build's A/B, default 0, written 2026-12-07 without a
-// GPU): 1: 128 x 128 without ping-pong, 2: with it (FA3's d256 FP8 tile is 128 x 128 with its
-// scheduler barrier); the 64-key tile rescales O's 128 columns a thread for 32 exponentials a
-// block. ptxas, plain kernel: 0 / 4 bytes of spills (softcap, which never takes it: 72).
+constexpr int fwd_fp8_long_min_keys(int d) { return d == 256 ? 2048 : kFp8LongKeys; }
 #ifndef FLASHATTN_SM90_FP8_D256_LONG
-#define FLASHATTN_SM90_FP8_D256_LONG 0
+#define FLASHATTN_SM90_FP8_D256_LONG 1
 #endif
 constexpr FwdTile fwd_tile_fp8_long(int d, int dv) {
   return d == 128 && dv == 128 ? FwdTile{128, 192, 2, kPingPong}
