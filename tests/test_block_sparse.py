@@ -532,17 +532,23 @@ def test_block_sparse_sm90_forward(device, c, seed, monkeypatch):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["nc", "causal"])
 @pytest.mark.parametrize("heads", ["mha", "gqa"])
-def test_block_sparse_sm90_heavy_first(d, causal, heads, seed, monkeypatch):
+@pytest.mark.parametrize("density,pairs", [("localglobal", "0"), ("localglobal", "1"),
+                                           ("half", "1")],
+                         ids=["localglobal", "localglobal-pairs", "half-pairs"])
+def test_block_sparse_sm90_heavy_first(d, causal, heads, density, pairs, seed, monkeypatch):
     """A local + global mask over 9 x 9 blocks of 128 (key block 0 kept by every query block, a
     band of 3 elsewhere): the sm90 backward launches its CTAs heavy first through the order its
     pre-kernel writes (sm90/bwd_order_sm90.cuh: the heaviest list is over twice the mean), so a
     CTA it lost or ran twice shows in dK / dV against the float64 reference (NaN-poisoned
-    outputs, GQA's accumulated dK / dV)."""
+    outputs, GQA's accumulated dK / dV). With FLASHATTN_SM90_SPARSE_PAIRS=1 (pairs: one
+    (head, sequence) pair's key blocks after another, launch_bwd_sm90.cuh) too, and a random
+    half mask (no reorder: the launch order itself)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the sm90 kernels run on compute capability 9.0 only")
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")
+    monkeypatch.setenv("FLASHATTN_SM90_SPARSE_PAIRS", pairs)
     c = dict(dtype="bf16", hd=(d, d), heads=heads, p=0.0, shape="1100x1100", block="128x128",
-             bcast="bh", density="localglobal", form="compressed", sink=False, causal=causal,
+             bcast="bh", density=density, form="compressed", sink=False, causal=causal,
              window="none", softcap=0.0, alibi="none")
     run_case("cuda", c, seed)
 

@@ -139,6 +139,11 @@ def sm90_cases():
     run_sparse(1, 390, 300, 4, 4, 64, 64, fp16, causal=True)  # d64's own 128 x 128 tile
     run_sparse(1, 300, 420, 4, 2, 128, 128, bf16, dropout_p=0.2, softcap=5.0)
     run_sparse(2, 1100, 1500, 8, 2, 128, 128, bf16, block=(256, 256), forward_only=True)
+    # the backward's pair-major launch order (FLASHATTN_SM90_SPARSE_PAIRS=1)
+    os.environ["FLASHATTN_SM90_SPARSE_PAIRS"] = "1"
+    run_sparse(2, 300, 700, 4, 2, 128, 128, bf16, causal=True)
+    run_sparse(2, 1100, 1500, 8, 2, 64, 64, bf16)
+    del os.environ["FLASHATTN_SM90_SPARSE_PAIRS"]
     # The dropout forward at d128 (the consumers draw the keep mask): causal, varlen,
     # persistent grids with more tiles than SMs (the snake deal, and the pair deal's skipped
     # tiles: causal, odd query-block counts)

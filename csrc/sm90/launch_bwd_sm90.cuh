@@ -138,6 +138,17 @@ inline CUtensorMap dq_accum_map(float* ptr, int kd, int64_t rows, int heads, int
 // one pair after another (the self-test times both).
 enum class BwdOrder { kAuto, kPerHead };
 
+// Block-sparse calls one (head, sequence) pair after another (sect 0: all key blocks of a
+// pair adjacent in the launch order, so that they run at the same time) instead of in L2
+// sections whose pairs take turns key block by key block (FLASHATTN_SM90_SPARSE_PAIRS=1, read
+// per call, opt-in until timed; written 2026-12-07). Why: ncu of the 2k random25 d 128
+// backward (H100) read 791 MB from DRAM where the dense call of the same shape reads 409, an
+// L2 hit rate of 55% against 88%. The likely cause: a section's 16 pairs x 16 key blocks fill
+// two waves of CTAs, so each pair's key blocks run in two waves and its Q, dO and dQ lines are
+// fetched again in the second; the dense walk shares each fetch among the 8 key blocks of a
+// wave in lockstep, the sparse one among the ~2 of them that keep the block.
+inline bool sm90_sparse_pair_order() { return env_is("FLASHATTN_SM90_SPARSE_PAIRS", '1'); }
+
 // Pairs per section: as many as keep their Q, dO and dQ accumulator in 80% of L2 (a power of
 // two, as FA3 found faster), at least 1; 0 for the per-pair order.
 // A block mask takes the section order whatever its window: a key block kept by many query
@@ -146,7 +157,8 @@ enum class BwdOrder { kAuto, kPerHead };
 // heads' heavy key blocks to end the kernel alone.
 inline int bwd_section_pairs(const BwdParams& p, int kd, BwdOrder order) {
   if (order == BwdOrder::kPerHead ||
-      (!heavy_first_ok(p.window_left, p.window_right, 0) && p.q_num_blocks == nullptr))
+      (!heavy_first_ok(p.window_left, p.window_right, 0) && p.q_num_blocks == nullptr) ||
+      (p.q_num_blocks != nullptr && sm90_sparse_pair_order()))
     return 0;
   const int64_t per_pair =
       int64_t(p.seqlen_q) * ((int64_t(p.headdim) + p.headdim_v) * 2 + int64_t(kd) * 4);

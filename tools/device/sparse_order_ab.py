@@ -1,10 +1,12 @@
-"""A/B of the sm90 block-sparse backward's heavy-first launch order (sm90/bwd_order_sm90.cuh)
-against the section order (FLASHATTN_SM90_SPARSE_ORDER=0, read per call), in one process:
-issue 16's masks (flashattn/bench_sparse.py), backward only, the two orders alternating in
-rounds of timed calls; effective TFLOP/s over the kept blocks (bench_sparse.kept_flops), the
-median of the rounds, and the largest gradient difference between the orders (dQ's adds are
-unordered, so a few ulps). Usage: python3 tools/device/sparse_order_ab.py [--N 8192 32768]
-[--d 64 128] [--masks local_global random50] [--rounds 7]."""
+"""A/B of a per-call switch of the sm90 block-sparse backward's launch order, in one process:
+by default the heavy-first order (sm90/bwd_order_sm90.cuh) against the section order
+(FLASHATTN_SM90_SPARSE_ORDER=1 / 0); --flag FLASHATTN_SM90_SPARSE_PAIRS the pair-major order
+(launch_bwd_sm90.cuh) against the sections. Issue 16's masks (flashattn/bench_sparse.py),
+backward only, the two settings alternating in rounds of timed calls; effective TFLOP/s over
+the kept blocks (bench_sparse.kept_flops), the median of the rounds, and the largest gradient
+difference between the settings (dQ's adds are unordered, so a few ulps). Usage: python3
+tools/device/sparse_order_ab.py [--flag NAME] [--N 8192 32768] [--d 64 128] [--masks
+local_global random50] [--rounds 7]."""
 import argparse
 import math
 import os
@@ -22,10 +24,13 @@ def main():
     ap.add_argument("--masks", nargs="+", default=["local_global", "random50", "random25"])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--flag", default="FLASHATTN_SM90_SPARSE_ORDER",
+                    help="the environment switch timed at 1 (on) against 0 (off)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
-    print(f"{'cell':40s} {'order':>9s} {'section':>9s} {'ratio':>7s} {'max|dgrad|':>11s}")
+    print(f"{args.flag}=1 (on) against =0 (off), TFLOP/s")
+    print(f"{'cell':40s} {'on':>9s} {'off':>9s} {'ratio':>7s} {'max|dgrad|':>11s}")
     for mask_kind in args.masks:
         for d in args.d:
             for n in args.N:
@@ -37,7 +42,7 @@ def main():
                 dout = torch.randn_like(out)
 
                 def run(flag):
-                    os.environ["FLASHATTN_SM90_SPARSE_ORDER"] = flag
+                    os.environ[args.flag] = flag
                     return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
                 g1, g0 = run("1"), run("0")
                 diff = max((a.float() - b.float()).abs().max().item() for a, b in zip(g1, g0))
@@ -56,7 +61,7 @@ def main():
                 tf = {f: flops / (sorted(t)[len(t) // 2] * 1e-3) / 1e12 for f, t in times.items()}
                 print(f"{str(cell):40s} {tf['1']:9.1f} {tf['0']:9.1f} {tf['1'] / tf['0']:7.3f} "
                       f"{diff:11.3g}", flush=True)
-                os.environ.pop("FLASHATTN_SM90_SPARSE_ORDER", None)
+                os.environ.pop(args.flag, None)
                 del q, k, v, out, dout, g0, g1
                 torch.cuda.empty_cache()
 
