@@ -148,7 +148,8 @@ def test_fp8_forward_vchip(c, monkeypatch):
 
 def _long_params():
     f = _factors("cuda")
-    f.update(hd=[(111, 111), (128, 128), (240, 240), (256, 256)], window=["none"], softcap=[0.0])
+    f.update(hd=[(64, 64), (111, 111), (128, 128), (240, 240), (256, 256)], window=["none"],
+             softcap=[0.0])
     return [pytest.param(c, id=f"cuda-{case_id(c)}") for c in covering_set(f, seed=43)]
 
 

@@ -154,8 +154,18 @@ constexpr int fwd_fp8_long_min_keys(int d) { return d == 256 ? 2048 : kFp8LongKe
 #ifndef FLASHATTN_SM90_FP8_D256_LONG
 #define FLASHATTN_SM90_FP8_D256_LONG 1
 #endif
+// d64 (FLASHATTN_SM90_FP8_D64_LONG=1, a build's A/B, default 0; written 2026-12-07, compiled
+// only): 128 x 192 ping-pong (two consumer warpgroups) for the same calls from 8192 keys, in
+// place of fwd_tile_fp8's 192 x 128 (three): a block's fixed costs over 1.5x the keys. ptxas:
+// 0 bytes of spills. d64 FP8 is bound by the exponentials (MUFU ~1.5k cycles a block an SMSP
+// against ~770 of tensor work), which no tile changes; this trims only the per-block costs.
+#ifndef FLASHATTN_SM90_FP8_D64_LONG
+#define FLASHATTN_SM90_FP8_D64_LONG 0
+#endif
 constexpr FwdTile fwd_tile_fp8_long(int d, int dv) {
-  return d == 128 && dv == 128 ? FwdTile{128, 192, 2, kPingPong}
+  return d == 64 && dv == 64 && FLASHATTN_SM90_FP8_D64_LONG > 0
+             ? FwdTile{128, 192, 2, kPingPong}
+         : d == 128 && dv == 128 ? FwdTile{128, 192, 2, kPingPong}
          : d == 256 && dv == 256 && FLASHATTN_SM90_FP8_D256_LONG > 0
              ? FwdTile{128, 128, 2, FLASHATTN_SM90_FP8_D256_LONG == 2 ? kPingPong : kOverlap}
              : FwdTile{0, 0, 0, 0};
