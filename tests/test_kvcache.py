@@ -103,6 +103,16 @@ def paged_cache(k_cache, page_size, batch, extra_pages=3):
     return pages, block_table.to(torch.int32)
 
 
+def paged_kv(k_cache, v_cache, page_size, batch):
+    """Both caches in pools of pages under one shuffled block table (paged_cache; the V pool's
+    unused pages random too): (k_pages, v_pages, block_table)."""
+    k_pages, bt = paged_cache(k_cache, page_size, batch)
+    v_pages = rand([k_pages.shape[0], page_size, *v_cache.shape[2:]], v_cache.dtype,
+                   v_cache.device)
+    v_pages[bt.long().flatten()] = v_cache.reshape(-1, page_size, *v_cache.shape[2:])
+    return k_pages, v_pages, bt
+
+
 def make_inputs(device, c):
     """The call's arguments (a dict for flash_attn_with_kvcache) from case c, fresh random."""
     dtype = DTYPES[c["dtype"]]
@@ -147,9 +157,7 @@ def make_inputs(device, c):
     if page is None:
         args.update(k_cache=k_cache, v_cache=v_cache)
     else:
-        k_pages, bt = paged_cache(k_cache, page, BATCH)
-        v_pages = rand([k_pages.shape[0], page, Hk, dv], dtype, device)
-        v_pages[bt.long().flatten()] = v_cache.reshape(-1, page, Hk, dv)
+        k_pages, v_pages, bt = paged_kv(k_cache, v_cache, page, BATCH)
         args.update(k_cache=k_pages, v_cache=v_pages, block_table=bt)
     return args
 
@@ -307,9 +315,7 @@ def test_decode_window_edges(device, window, mod, paged, hd):
         if window[0] >= 0:  # as flash-attn: no left pad with a paged cache
             args["cache_leftpad"] = torch.tensor([77, 5], dtype=torch.int32, device=device)
     else:
-        k_pages, bt = paged_cache(k_cache, paged, B)
-        v_pages = rand([k_pages.shape[0], paged, Hk, hd], dtype, device)
-        v_pages[bt.long().flatten()] = v_cache.reshape(-1, paged, Hk, hd)
+        k_pages, v_pages, bt = paged_kv(k_cache, v_cache, paged, B)
         args.update(k_cache=k_pages, v_cache=v_pages, block_table=bt)
     out, lse = check_kvcache_call(args, dtype)
     if window[0] < 0:  # sequence 1: one key, 2 tokens, causal: token 0 sees nothing
