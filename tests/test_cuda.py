@@ -196,6 +196,82 @@ def test_deterministic_sm90(hd, sl, causal, window, heads, monkeypatch):
     _assert_bitwise_case(hd, sl, heads, **kw)
 
 
+@pytest.mark.parametrize("hd,sl,causal,window,heads", [
+    ((128, 128), (1000, 1000), True, "none", "gqa"),
+    ((128, 128), (777, 1100), True, "none", "mha"),
+    ((128, 128), (1100, 777), True, "none", "mqa"),
+    ((128, 128), (500, 450), False, "right", "mha"),
+    ((64, 64), (700, 900), True, "none", "gqa"),
+    ((256, 256), (600, 600), True, "none", "gqa"),
+    ((256, 256), (333, 517), True, "none", "mha"),
+])
+def test_deterministic_sm90_diag(hd, sl, causal, window, heads, monkeypatch):
+    """The sm90 deterministic backward's diagonal dQ order (FLASHATTN_SM90_DET_DIAG=1, masks
+    bounded on the right only: csrc/sm90/bwd_layout_sm90.h): key blocks launched from the last
+    down, each visiting its query blocks from its diagonal up, the higher key blocks adding
+    first (sq != sk both ways: with sk > sq several key blocks start at query block 0). The
+    op's choice asserted to be sm90, then against the reference and bitwise over two runs
+    (skipped off Hopper)."""
+    from test_attention import run_case, window_for
+
+    skip_unless_sm90()
+    monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+    monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "1")
+    H, Hk = HEADS[heads]
+    q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
+    k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
+    kw = dict(causal=causal, window_size=window_for(window, *sl))
+    assert flashattn.kernel_path(q, k, k, direction="bwd", deterministic=True, **kw) == "sm90"
+    c = dict(dtype="bf16", hd=hd, sl=sl, causal=causal, window=window, softcap=0.0,
+             alibi="none", heads=heads, noncontig=False)
+    run_case("cuda", c, deterministic=True)
+    _assert_bitwise_case(hd, sl, heads, **kw)
+
+
+@pytest.mark.parametrize("d", [128, 256])
+@pytest.mark.parametrize("varlen", [False, True])
+def test_deterministic_sm90_diag_large(varlen, d, monkeypatch):
+    """The diagonal order on causal calls of more CTAs than an H100 holds at once (2 x 16 heads
+    x 32 or 64 key blocks; varlen with an empty sequence): the waits end (a key block waits only
+    on key blocks launched before it), bitwise over two runs, and the same gradients within
+    rounding as the other deterministic order (the fp32 sums in another order, then bf16)
+    (skipped off Hopper)."""
+    skip_unless_sm90()
+    monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+    dtype = torch.bfloat16
+    H, Hk = 16, 2
+    if varlen:
+        lens = [4096, 0, 1000, 3000]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32,
+                          device="cuda")
+        shape_q, shape_k = (sum(lens), H, d), (sum(lens), Hk, d)
+
+        def f(q, k, v):
+            return flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 4096, 4096, causal=True,
+                                                    deterministic=True)
+    else:
+        shape_q, shape_k = (2, 4096, H, d), (2, 4096, Hk, d)
+
+        def f(q, k, v):
+            return flashattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+    q = torch.randn(shape_q, device="cuda", dtype=dtype)
+    k = torch.randn(shape_k, device="cuda", dtype=dtype)
+    v = torch.randn(shape_k, device="cuda", dtype=dtype)
+    dout = torch.randn(shape_q, device="cuda", dtype=dtype)
+
+    def grads():
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        return torch.autograd.grad(f(qg, kg, vg), (qg, kg, vg), dout)
+
+    other = grads()  # the other order (FLASHATTN_SM90_DET_DIAG unset)
+    monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "1")
+    _assert_bitwise_twice(f, q, k, v, dout)
+    for name, a, b in zip(("dq", "dk", "dv"), grads(), other):
+        err = (a.float() - b.float()).abs().max().item()
+        # Two roundings to bf16 of fp32 sums that agree to ~1e-6: at most an ulp or two.
+        assert err <= 2.0 ** -6 * b.float().abs().max().item(), f"{name}: {err}"
+
+
 @pytest.mark.parametrize("d", [72, 96, 136, 192])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", ["mha", "gqa"])

@@ -33,6 +33,7 @@ struct BwdArgs {
   int rot_chunk;    // rotate: the largest rotation chunk (bwd_order::rotation_chunk)
   bool heavy_first; // causal, non-deterministic: key block index the slowest in launch order
   const int* order; // sm90 block-sparse: the CTAs' launch order (sm90/bwd_order_sm90.cuh) or null
+  bool det_diag;    // sm90 deterministic: the diagonal dQ order (sm90/bwd_layout_sm90.h)
 };
 
 namespace bwd_detail {

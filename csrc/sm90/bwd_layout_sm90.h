@@ -44,11 +44,46 @@ FLASHATTN_HOST_DEVICE QueryBlockRange bwd_query_blocks(const MaskInfo& mi, int n
   return QueryBlockRange{m_lo, q_hi > q_lo ? (q_hi + block_m - 1) / block_m - m_lo : 0};
 }
 
-// Deterministic mode: key block n_block's turn among the key blocks that visit query block m
-// (first row m0): n_block minus the block's first key block, that of its first row that sees a
-// key (rows above -shift - window_right see none; their key_begin, clamped to 0, would count
-// key blocks that never visit the block).
-FLASHATTN_HOST_DEVICE int bwd_det_turn(const MaskInfo& mi, int m0, int n_block, int block_n) {
+// Deterministic mode: the key blocks that visit a query block add into its dQ one at a time in
+// a fixed order, each waiting on the block's semaphore for its turn (bwd_dq_warp). Two orders:
+// - the diagonal order, for masks that bound keys on the right only (causal; bwd_det_diag;
+//   taken under FLASHATTN_SM90_DET_DIAG=1 until a GPU has run it): FA3's order. Key blocks are
+//   dispatched from the last down (bwd_det_n_block), each visits its query blocks from its
+//   diagonal up, and at a query block the higher key blocks add first. Key block n reaches
+//   query block m at its step m - m_lo(n), the later the lower n: arrivals come in turn order,
+//   and the key blocks resident together are at different query blocks at any time. (In the
+//   other order every resident key block of a (head, sequence) starts at the last query block,
+//   so their adds there go one after another: H100, d 256 causal, 0.69 of the default.)
+// - otherwise: key blocks dispatched in index order, each visiting its query blocks from the
+//   last down, the lower key blocks adding first (with a left window the key blocks' last query
+//   blocks differ, which staggers them).
+// Either way a key block waits only on key blocks dispatched before it, so the waits end.
+FLASHATTN_HOST_DEVICE bool bwd_det_diag(int window_left, int window_right) {
+  return window_right >= 0 && window_left < 0;
+}
+FLASHATTN_HOST_DEVICE bool bwd_det_diag(const MaskInfo& mi) {
+  return bwd_det_diag(mi.window_left, mi.window_right);
+}
+// The key block of launch position n_block (of nb) of a (head, sequence) pair.
+FLASHATTN_HOST_DEVICE int bwd_det_n_block(int n_block, int nb, bool diag) {
+  return diag ? nb - 1 - n_block : n_block;
+}
+// The query block of step it of a key block visiting [m_lo, m_lo + count): from the last down,
+// or (diag, and every non-deterministic call) from the first up.
+FLASHATTN_HOST_DEVICE int bwd_visit_block(int it, int m_lo, int count, bool descending) {
+  return descending ? m_lo + count - 1 - it : m_lo + it;
+}
+// Key block n_block's turn among the key blocks that visit query block m (rows m0 .. m0 +
+// block_m - 1). diag (the diagonal order, only where bwd_det_diag): the block's last key block,
+// that of its last row's last visible key, minus n_block. Otherwise n_block minus the block's
+// first key block, that of its first row that sees a key (rows above -shift - window_right see
+// none; their key_begin, clamped to 0, would count key blocks that never visit the block).
+FLASHATTN_HOST_DEVICE int bwd_det_turn(const MaskInfo& mi, int m0, int n_block, int block_m,
+                                       int block_n, bool diag) {
+  if (diag) {
+    const int r1 = (m0 + block_m < mi.seqlen_q ? m0 + block_m : mi.seqlen_q) - 1;
+    return (mi.key_end(r1) - 1) / block_n - n_block;
+  }
   int r = m0;
   if (mi.window_right >= 0 && r < -mi.shift() - mi.window_right) r = -mi.shift() - mi.window_right;
   return n_block - mi.key_begin(r) / block_n;

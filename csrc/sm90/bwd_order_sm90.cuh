@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "../common/params.h"
+#include "bwd_layout_sm90.h"  // bwd_det_n_block
 
 namespace flashattn::sm90 {
 
@@ -37,11 +38,19 @@ __host__ __device__ __forceinline__ void bwd_coord_of(int64_t lin, int sect, int
 
 // The grid is (key blocks, heads, batch). Without an order: the section order (sect > 0) or
 // the grid's own. With one (block-sparse calls): this CTA's position in the section order is
-// order[linear index] (clamped into the grid).
+// order[linear index] (clamped into the grid). kDet and det_diag (deterministic calls with the
+// diagonal dQ order, bwd_layout_sm90.h): the key blocks of each pair from the last down.
+// (A template flag: an if on a constant false still changed the other kernels' SASS.)
+template <bool kDet = false>
 __device__ __forceinline__ void bwd_block_coord(int sect, int& n_block, int& h, int& b,
-                                                const int* order = nullptr) {
+                                                const int* order = nullptr,
+                                                bool det_diag = false) {
   n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  if (sect <= 0 && order == nullptr) return;
+  if (sect <= 0 && order == nullptr) {
+    if constexpr (kDet)
+      if (det_diag) n_block = bwd_det_n_block(n_block, gridDim.x, true);
+    return;
+  }
   const int nb = gridDim.x, heads = gridDim.y, pairs = gridDim.y * gridDim.z;
   int64_t lin = blockIdx.x + int64_t(nb) * (blockIdx.y + int64_t(heads) * blockIdx.z);
   if (order != nullptr) {
@@ -49,6 +58,8 @@ __device__ __forceinline__ void bwd_block_coord(int sect, int& n_block, int& h, 
     lin = v < 0 ? 0 : v > last ? last : v;
   }
   bwd_coord_of(lin, sect, nb, heads, pairs, n_block, h, b);
+  if constexpr (kDet)
+    if (det_diag) n_block = bwd_det_n_block(n_block, nb, true);
 }
 
 // Block-sparse calls: the query tiles of the mask that key block n_block (of kbn keys) of

@@ -89,7 +89,8 @@ __device__ __forceinline__ void bwd_body_d256_sm90(const sm80::BwdArgs& args,
   uint64_t* q_full = kv_full + 1;
   uint64_t* q_empty = q_full + 1;
   int n_block, h, b;
-  bwd_block_coord(sect, n_block, h, b);
+  const bool det_diag = Is_det && args.det_diag;  // the host's choice (launch_bwd_sm90.cuh)
+  bwd_block_coord<Is_det>(sect, n_block, h, b, nullptr, det_diag);
   const int hk = h / args.group;
   const SeqInfo si = sm80::bwd_detail::seq_info_clamped(p, b);
   const int n0 = n_block * kBN;
@@ -108,7 +109,9 @@ __device__ __forceinline__ void bwd_body_d256_sm90(const sm80::BwdArgs& args,
   }
   __syncthreads();
 
-  auto m_block = [&](int it) { return bwd_m_block<Is_det, false>(it, m_lo, n_iters, nullptr); };
+  auto m_block = [&](int it) {
+    return bwd_m_block<Is_det, false>(it, m_lo, n_iters, nullptr, det_diag);
+  };
   if (wg == 0) {
     setmaxnreg_dec<24>();
     if (n_iters == 0 || warp > 1) return;

@@ -208,12 +208,12 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // once it is written (kBarDQFull + c), added into the fp32 accumulator with TMA reduce-adds
 // (Cfg::dq_col / dq_row: where it lands), its area handed back (kBarDQEmpty + c) once read;
 // the adds complete before the CTA ends. kAblate 1 (timing only) skips the adds.
-// kDet (deterministic=True): a query block's adds go in key-block order: this CTA (key block
-// n_block) waits until the block's semaphore counts the key blocks before it that see the
-// block (bwd_det_turn, bwd_layout_sm90.h), adds, waits for the adds to complete and
-// counts itself (sm80's sem_wait / sem_release). The CTAs visit their query blocks from the
-// last down (bwd_m_block), so all key blocks of a query block reach it at the same step,
-// and each waits only on lower key blocks, dispatched before it.
+// kDet (deterministic=True): a query block's adds go in a fixed key-block order: this CTA
+// (key block n_block) waits until the block's semaphore counts the key blocks before it in
+// that order (bwd_det_turn, bwd_layout_sm90.h: the diagonal order for causal masks, else
+// index order), adds, waits for the adds to complete and counts itself (sm80's sem_wait /
+// sem_release). Each waits only on key blocks dispatched before it (bwd_block_coord,
+// bwd_m_block's visiting order), so the waits end.
 template <class Cfg, bool kDet = false, class MBlock>
 __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const BwdMaps& maps,
                                             uint32_t smem0, const SeqInfo& si, const MaskInfo& mi,
@@ -227,7 +227,8 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
     if constexpr (kDet) {
       sem = args.dq_sem + (int64_t(b) * p.nheads + h) * args.m_blocks + m_block(it);
       if (lane == 0) {
-        sm80::bwd_detail::sem_wait(sem, bwd_det_turn(mi, m0, n_block, Cfg::kBN));
+        sm80::bwd_detail::sem_wait(
+            sem, bwd_det_turn(mi, m0, n_block, Cfg::kBM, Cfg::kBN, args.det_diag));
         fence_proxy_async_global();  // the reduce-adds (async proxy) after the acquire
       }
     }
@@ -341,11 +342,13 @@ __device__ __forceinline__ void bwd_dkv_turn_end(int* sem) {
 }
 
 // The query block of iteration it (the sm90 backward kernels): m_lo + it, from the last down in
-// deterministic mode (bwd_dq_warp), or the block-sparse list's entry.
+// deterministic mode without the diagonal order (bwd_layout_sm90.h), or the block-sparse
+// list's entry.
 template <bool kDet, bool kSparse>
-__device__ __forceinline__ int bwd_m_block(int it, int m_lo, int n_iters, const int* list) {
+__device__ __forceinline__ int bwd_m_block(int it, int m_lo, int n_iters, const int* list,
+                                           bool det_diag) {
   if constexpr (kSparse) return list[1 + it];
-  return kDet ? m_lo + n_iters - 1 - it : m_lo + it;
+  return bwd_visit_block(it, m_lo, n_iters, kDet && !det_diag);
 }
 
 // The score transform of the backward (Has_score_mod: softcap and / or ALiBi, as the sm80
@@ -469,7 +472,8 @@ __device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const B
   uint64_t* q_full = kv_full + 1;
   uint64_t* q_empty = q_full + kStages;
   int n_block, h, b;
-  bwd_block_coord(sect, n_block, h, b, Is_sparse ? args.order : nullptr);
+  const bool det_diag = Is_det && args.det_diag;  // the host's choice (launch_bwd_sm90.cuh)
+  bwd_block_coord<Is_det>(sect, n_block, h, b, Is_sparse ? args.order : nullptr, det_diag);
   const int hk = h / args.group;
   const SeqInfo si = sm80::bwd_detail::seq_info_clamped(p, b);
   const int n0 = n_block * kBN;
@@ -507,7 +511,9 @@ __device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const B
     __syncthreads();
   }
   // The query block of iteration it.
-  auto m_block = [&](int it) { return bwd_m_block<Is_det, Is_sparse>(it, m_lo, n_iters, list); };
+  auto m_block = [&](int it) {
+    return bwd_m_block<Is_det, Is_sparse>(it, m_lo, n_iters, list, det_diag);
+  };
 
   if (wg == 0) {
     setmaxnreg_dec<24>();  // 24 + 2 x 240 = 3 x 168, the CTA's pool (more: the increase hangs)

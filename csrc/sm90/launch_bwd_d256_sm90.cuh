@@ -61,11 +61,13 @@ void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   if (p.dropout_threshold > 0 && kernel != bwd_kernel_d256_sm90<Element, false, true>)
     throw std::runtime_error("flashattn sm90 bwd d256: a dropout call without the dropout kernel");
 #endif
+  sm80::BwdArgs a = args;
+  a.det_diag = sm90_det_diag_call(p);
   auto launch = [&](decltype(kernel) k) {
     FLASHATTN_CUDA_CHECK(
         set_max_dynamic_smem(k, Cfg::kSmem));
     k<<<grid, Cfg::kThreads, static_cast<size_t>(Cfg::kSmem), stream>>>(
-        args, maps, bwd_section_pairs(p, Cfg::kD, order));
+        a, maps, bwd_section_pairs(p, Cfg::kD, order));
     FLASHATTN_LAUNCH_CHECK();
   };
   launch(kernel);

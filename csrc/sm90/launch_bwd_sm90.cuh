@@ -59,6 +59,14 @@ inline int64_t bwd_sparse_smem_bytes(const BwdParams& p, int64_t cap) {
 // of the default backward there, the sm80 deterministic path ~0.5); FLASHATTN_SM90_DET_BWD=0
 // (read per call) sends deterministic backwards to sm80.
 inline bool sm90_det_bwd_enabled() { return !env_is("FLASHATTN_SM90_DET_BWD", '0'); }
+// The deterministic backward's diagonal dQ order (bwd_layout_sm90.h: causal masks; FA3's
+// order) under FLASHATTN_SM90_DET_DIAG=1 (read per call; opt-in until a GPU has run it; written
+// 2026-12-07): on the H100 the other order ran d 256 causal at 0.69 of the default backward,
+// every key block of a (head, sequence) adding at the same query block at the same step.
+inline bool sm90_det_diag_call(const BwdParams& p) {
+  return p.deterministic && bwd_det_diag(p.window_left, p.window_right) &&
+         env_is("FLASHATTN_SM90_DET_DIAG", '1');
+}
 
 // The sm90 kernel (64, 128 or 256; 0: none) of a call's head-dim bucket: its own, and the
 // buckets 96 and 192 (qk = v) on the next kernel up, its columns past the head dim zero (4 / 3
@@ -256,6 +264,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
     throw std::runtime_error("flashattn sm90 bwd: 2^31 CTAs or more");
   const int sect = bwd_section_pairs(p, Cfg::kD, order);
   sm80::BwdArgs a = args;
+  a.det_diag = sm90_det_diag_call(p);
   // Block-sparse: heavy key blocks first (bwd_order_sm90.cuh), ordered on the device into the
   // workspace's entries past the sm80 layout's (bwd_workspace); a workspace without them (the
   // self-test's) keeps the section order.
