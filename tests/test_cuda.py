@@ -175,16 +175,20 @@ def test_deterministic_rotation_chunks_match_reference(hd, sl, heads, chunk, mon
     ((256, 256), (600, 600), True, "none", "gqa"),
     ((256, 256), (333, 517), False, "left", "mha"),
 ])
-def test_deterministic_sm90(hd, sl, causal, window, heads, monkeypatch):
+@pytest.mark.parametrize("dq2", [False, True], ids=["", "dq2"])
+def test_deterministic_sm90(hd, sl, causal, window, heads, dq2, monkeypatch):
     """The sm90 backward's deterministic variant (the default on Hopper since these passed
     on an H100, 2026-12-06; FLASHATTN_SM90_DET_BWD=1 set here all the same): its dQ adds in
     key-block order over query blocks visited from the last down, GQA's dK / dV adds in head
     order. The op's choice asserted to be sm90, then against the reference and bitwise over
-    two runs (skipped off Hopper)."""
+    two runs (skipped off Hopper). dq2: two dQ warps taking the blocks in turn
+    (FLASHATTN_SM90_DET_DQ2=1, opt-in)."""
     from test_attention import run_case, window_for
 
     skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+    if dq2:
+        monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
     H, Hk = HEADS[heads]
     q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
     k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
@@ -205,18 +209,21 @@ def test_deterministic_sm90(hd, sl, causal, window, heads, monkeypatch):
     ((256, 256), (600, 600), True, "none", "gqa"),
     ((256, 256), (333, 517), True, "none", "mha"),
 ])
-def test_deterministic_sm90_diag(hd, sl, causal, window, heads, monkeypatch):
+@pytest.mark.parametrize("dq2", [False, True], ids=["", "dq2"])
+def test_deterministic_sm90_diag(hd, sl, causal, window, heads, dq2, monkeypatch):
     """The sm90 deterministic backward's diagonal dQ order (FLASHATTN_SM90_DET_DIAG=1, masks
     bounded on the right only: csrc/sm90/bwd_layout_sm90.h): key blocks launched from the last
     down, each visiting its query blocks from its diagonal up, the higher key blocks adding
     first (sq != sk both ways: with sk > sq several key blocks start at query block 0). The
     op's choice asserted to be sm90, then against the reference and bitwise over two runs
-    (skipped off Hopper)."""
+    (skipped off Hopper). dq2: with two dQ warps (FLASHATTN_SM90_DET_DQ2=1)."""
     from test_attention import run_case, window_for
 
     skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
     monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "1")
+    if dq2:
+        monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
     H, Hk = HEADS[heads]
     q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
     k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
@@ -228,16 +235,19 @@ def test_deterministic_sm90_diag(hd, sl, causal, window, heads, monkeypatch):
     _assert_bitwise_case(hd, sl, heads, **kw)
 
 
+@pytest.mark.parametrize("dq2", [False, True], ids=["", "dq2"])
 @pytest.mark.parametrize("d", [128, 256])
 @pytest.mark.parametrize("varlen", [False, True])
-def test_deterministic_sm90_diag_large(varlen, d, monkeypatch):
+def test_deterministic_sm90_diag_large(varlen, d, dq2, monkeypatch):
     """The diagonal order on causal calls of more CTAs than an H100 holds at once (2 x 16 heads
     x 32 or 64 key blocks; varlen with an empty sequence): the waits end (a key block waits only
     on key blocks launched before it), bitwise over two runs, and the same gradients within
     rounding as the other deterministic order (the fp32 sums in another order, then bf16)
-    (skipped off Hopper)."""
+    (skipped off Hopper). dq2: both with two dQ warps (FLASHATTN_SM90_DET_DQ2=1)."""
     skip_unless_sm90()
     monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+    if dq2:
+        monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
     dtype = torch.bfloat16
     H, Hk = 16, 2
     if varlen:

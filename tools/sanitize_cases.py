@@ -168,7 +168,14 @@ def sm90_cases():
     run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True, deterministic=True)
     run_padded(1, 517, 333, 4, 1, 64, 64, fp16, window_size=(-1, 20), deterministic=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True, deterministic=True)
+    # with two dQ warps (FLASHATTN_SM90_DET_DQ2=1, opt-in): both orders, d 128 and 256
+    os.environ["FLASHATTN_SM90_DET_DQ2"] = "1"
+    run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True, deterministic=True)
+    run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True, deterministic=True)
     del os.environ["FLASHATTN_SM90_DET_DIAG"]
+    run_padded(1, 500, 650, 4, 1, 64, 64, fp16, window_size=(100, 20), deterministic=True)
+    run_padded(1, 333, 517, 4, 2, 256, 256, bf16, deterministic=True)
+    del os.environ["FLASHATTN_SM90_DET_DQ2"]
     del os.environ["FLASHATTN_SM90_DET_BWD"]
     # The buckets 96 and 192 on the next backward kernel up (the default since 2026-12-06)
     run_padded(1, 333, 517, 4, 2, 80, 80, bf16, causal=True)

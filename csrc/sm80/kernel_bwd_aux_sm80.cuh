@@ -34,6 +34,7 @@ struct BwdArgs {
   bool heavy_first; // causal, non-deterministic: key block index the slowest in launch order
   const int* order; // sm90 block-sparse: the CTAs' launch order (sm90/bwd_order_sm90.cuh) or null
   bool det_diag;    // sm90 deterministic: the diagonal dQ order (sm90/bwd_layout_sm90.h)
+  int det_dq_warps; // sm90 deterministic: dQ warps, 1 or 2 (sm90/kernel_bwd_sm90.cuh)
 };
 
 namespace bwd_detail {

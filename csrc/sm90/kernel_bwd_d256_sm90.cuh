@@ -59,6 +59,7 @@ struct BwdConfigD256 {
   // (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarPDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
   static constexpr int kBarDet = kBarDQEmpty + kConsumers;  // the consumers (bwd_dkv_turn_*)
+  static constexpr int kBarDQHand = kBarDet + 1;  // deterministic, two dQ warps (bwd_dq_warp)
   static constexpr int kDQBarThreads = 128 + 32;
   // For the producer's warps shared with the d64 / d128 kernel (bwd_load_warp, bwd_dq_warp):
   // one stage of Q / dO / stats; consumer c's dQ stage: its kDHalf columns from kDHalf c.
@@ -114,13 +115,15 @@ __device__ __forceinline__ void bwd_body_d256_sm90(const sm80::BwdArgs& args,
   };
   if (wg == 0) {
     setmaxnreg_dec<24>();
-    if (n_iters == 0 || warp > 1) return;
+    // (Deterministic calls: warps 1 and 2 take the dQ blocks in turn under det_dq_warps 2.)
+    const int dq_warps = Is_det ? args.det_dq_warps : 1;
+    if (n_iters == 0 || warp > dq_warps) return;
     if (warp == 0)  // Q, dO and their stats in one stage (kStages 1)
       bwd_load_warp<Cfg>(p, maps, smem, smem0, kv_full, q_full, q_empty, si, b, h, hk, n0,
                          n_iters, lane, m_block);
     else
       bwd_dq_warp<Cfg, Is_det>(args, maps, smem0, si, mi, b, h, n_block, n_iters, lane,
-                               m_block);
+                               m_block, warp - 1, dq_warps);
     return;
   }
 

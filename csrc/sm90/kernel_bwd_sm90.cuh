@@ -81,6 +81,7 @@ struct BwdConfig {
   // block written (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
   static constexpr int kBarDet = kBarDQEmpty + kConsumers;  // the consumers (bwd_dkv_turn_*)
+  static constexpr int kBarDQHand = kBarDet + 1;  // deterministic, two dQ warps (bwd_dq_warp)
   static constexpr int kDQBarThreads = 128 + 32;
   // Consumer c's dQ block in the accumulator (bwd_dq_warp): kDQChunks boxes of 32 columns from
   // column dq_col(c), rows from the query block's row dq_row(c).
@@ -214,14 +215,20 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // index order), adds, waits for the adds to complete and counts itself (sm80's sem_wait /
 // sem_release). Each waits only on key blocks dispatched before it (bwd_block_coord,
 // bwd_m_block's visiting order), so the waits end.
+// Deterministic calls with BwdArgs::det_dq_warps 2 (FLASHATTN_SM90_DET_DQ2=1): warps 1 and 2
+// take the iterations in turn (first, first + 2, ...), handing the dQ stages over in order
+// through kBarDQHand, and each hands a stage back once read, then waits for its adds to
+// complete and counts itself, while the other warp takes the next block: the completion's
+// latency (an L2 round trip under every SM's reduce traffic) leaves the consumers' path.
 template <class Cfg, bool kDet = false, class MBlock>
 __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const BwdMaps& maps,
                                             uint32_t smem0, const SeqInfo& si, const MaskInfo& mi,
                                             int b, int h, int n_block, int n_iters, int lane,
-                                            MBlock m_block) {
+                                            MBlock m_block, int first = 0, int stride = 1) {
   const BwdParams& p = args.p;
   const int tb = p.is_varlen ? 0 : b;
-  for (int it = 0; it < n_iters; ++it) {
+  if constexpr (!kDet) first = 0, stride = 1;
+  for (int it = first; it < n_iters; it += stride) {
     const int m0 = m_block(it) * Cfg::kBM;
     int* sem = nullptr;
     if constexpr (kDet) {
@@ -230,6 +237,10 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
         sm80::bwd_detail::sem_wait(
             sem, bwd_det_turn(mi, m0, n_block, Cfg::kBM, Cfg::kBN, args.det_diag));
         fence_proxy_async_global();  // the reduce-adds (async proxy) after the acquire
+      }
+      if (stride == 2 && it > 0) {  // the other warp has taken block it - 1's stages
+        __syncwarp();
+        named_bar_sync(Cfg::kBarDQHand, 64);
       }
     }
 #pragma unroll
@@ -251,8 +262,26 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
         bulk_commit();
       }
     }
-    if constexpr (kDet) {  // complete (written, not only read), then this key block's turn ends
-      if (lane == 0) {
+    if constexpr (kDet) {
+      if (stride == 2) {
+        if (it + 1 < n_iters) {  // this block's stages taken: the other warp may take the next
+          __syncwarp();
+          named_bar_arrive(Cfg::kBarDQHand, 64);
+          if (lane == 0) bulk_wait_read<1>();  // then the stages back, once read
+          __syncwarp();
+          named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
+          if (lane == 0) bulk_wait_read<0>();
+          __syncwarp();
+          named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
+        }
+        if (lane == 0) {  // complete (written, not only read), then this key block's turn ends
+          bulk_wait<0>();
+          fence_proxy_async_global();
+          sm80::bwd_detail::sem_release(sem);
+        }
+        continue;
+      }
+      if (lane == 0) {  // complete (written, not only read), then this key block's turn ends
         bulk_wait<0>();
         fence_proxy_async_global();
         sm80::bwd_detail::sem_release(sem);
@@ -517,13 +546,15 @@ __device__ __forceinline__ void bwd_body_sm90(const sm80::BwdArgs& args, const B
 
   if (wg == 0) {
     setmaxnreg_dec<24>();  // 24 + 2 x 240 = 3 x 168, the CTA's pool (more: the increase hangs)
-    if (n_iters == 0 || warp > 1) return;
+    // (Deterministic calls: warps 1 and 2 take the dQ blocks in turn under det_dq_warps 2.)
+    const int dq_warps = Is_det ? args.det_dq_warps : 1;
+    if (n_iters == 0 || warp > dq_warps) return;
     if (warp == 0)
       bwd_load_warp<Cfg>(p, maps, smem, smem0, kv_full, q_full, q_empty, si, b, h, hk, n0,
                          n_iters, lane, m_block);
     else
       bwd_dq_warp<Cfg, Is_det>(args, maps, smem0, si, mi, b, h, n_block, n_iters, lane,
-                               m_block);
+                               m_block, warp - 1, dq_warps);
     return;
   }
 

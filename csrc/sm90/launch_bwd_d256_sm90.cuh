@@ -63,6 +63,7 @@ void launch_bwd_main_d256_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
 #endif
   sm80::BwdArgs a = args;
   a.det_diag = sm90_det_diag_call(p);
+  a.det_dq_warps = sm90_det_dq_warps(p);
   auto launch = [&](decltype(kernel) k) {
     FLASHATTN_CUDA_CHECK(
         set_max_dynamic_smem(k, Cfg::kSmem));

@@ -67,6 +67,14 @@ inline bool sm90_det_diag_call(const BwdParams& p) {
   return p.deterministic && bwd_det_diag(p.window_left, p.window_right) &&
          env_is("FLASHATTN_SM90_DET_DIAG", '1');
 }
+// The deterministic backward's two dQ warps (bwd_dq_warp) under FLASHATTN_SM90_DET_DQ2=1 (read
+// per call; opt-in until a GPU has run it; written 2026-12-07): a block's adds complete while
+// the other warp takes the next block. On the H100 the one-warp path ran d 256 non-causal 8k /
+// 16k at 0.82 of the default, as a model does where an add's completion (~4 us) outlasts a
+// block's compute (~3.4 us; benchmarks/notes/det_order_model_20261207.py).
+inline int sm90_det_dq_warps(const BwdParams& p) {
+  return p.deterministic && env_is("FLASHATTN_SM90_DET_DQ2", '1') ? 2 : 1;
+}
 
 // The sm90 kernel (64, 128 or 256; 0: none) of a call's head-dim bucket: its own, and the
 // buckets 96 and 192 (qk = v) on the next kernel up, its columns past the head dim zero (4 / 3
@@ -265,6 +273,7 @@ void launch_bwd_main_sm90(const sm80::BwdArgs& args, cudaStream_t stream,
   const int sect = bwd_section_pairs(p, Cfg::kD, order);
   sm80::BwdArgs a = args;
   a.det_diag = sm90_det_diag_call(p);
+  a.det_dq_warps = sm90_det_dq_warps(p);
   // Block-sparse: heavy key blocks first (bwd_order_sm90.cuh), ordered on the device into the
   // workspace's entries past the sm80 layout's (bwd_workspace); a workspace without them (the
   // self-test's) keeps the section order.
