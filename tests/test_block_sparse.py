@@ -534,15 +534,16 @@ def test_block_sparse_sm90_forward(device, c, seed, monkeypatch):
 @pytest.mark.parametrize("heads", ["mha", "gqa"])
 @pytest.mark.parametrize("density,pairs", [("localglobal", "0"), ("localglobal", "1"),
                                            ("half", "1")],
-                         ids=["localglobal", "localglobal-pairs", "half-pairs"])
+                         ids=["localglobal-sections", "localglobal-pairs", "half-pairs"])
 def test_block_sparse_sm90_heavy_first(d, causal, heads, density, pairs, seed, monkeypatch):
     """A local + global mask over 9 x 9 blocks of 128 (key block 0 kept by every query block, a
     band of 3 elsewhere): the sm90 backward launches its CTAs heavy first through the order its
     pre-kernel writes (sm90/bwd_order_sm90.cuh: the heaviest list is over twice the mean), so a
     CTA it lost or ran twice shows in dK / dV against the float64 reference (NaN-poisoned
-    outputs, GQA's accumulated dK / dV). With FLASHATTN_SM90_SPARSE_PAIRS=1 (pairs: one
-    (head, sequence) pair's key blocks after another, launch_bwd_sm90.cuh) too, and a random
-    half mask (no reorder: the launch order itself)."""
+    outputs, GQA's accumulated dK / dV). Both launch orders: FLASHATTN_SM90_SPARSE_PAIRS=1
+    (one (head, sequence) pair's key blocks after another, launch_bwd_sm90.cuh: the default)
+    and =0 (L2 sections of pairs taking turns), and a random half mask (no reorder: the launch
+    order itself)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the sm90 kernels run on compute capability 9.0 only")
     monkeypatch.setenv("FLASHATTN_FORCE_BACKEND", "sm90")

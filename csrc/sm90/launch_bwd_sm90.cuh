@@ -156,14 +156,17 @@ enum class BwdOrder { kAuto, kPerHead };
 
 // Block-sparse calls one (head, sequence) pair after another (sect 0: all key blocks of a
 // pair adjacent in the launch order, so that they run at the same time) instead of in L2
-// sections whose pairs take turns key block by key block (FLASHATTN_SM90_SPARSE_PAIRS=1, read
-// per call, opt-in until timed; written 2026-12-07). Why: ncu of the 2k random25 d 128
+// sections whose pairs take turns key block by key block (the default since 2026-12-07;
+// FLASHATTN_SM90_SPARSE_PAIRS=0, read per call, keeps the sections). H100 A/B in one process
+// (results/h100_det_call_4701b26.txt), backward TFLOP/s over the sections: random25 d 64 /
+// 128 at 2k 1.026 / 1.052, 8k 1.025 / 1.035; random50 1.027 / 1.047, 1.003 / 0.996;
+// local_global 1.159 / 1.012, 0.990 / 1.125. Why: ncu of the 2k random25 d 128
 // backward (H100) read 791 MB from DRAM where the dense call of the same shape reads 409, an
 // L2 hit rate of 55% against 88%. The likely cause: a section's 16 pairs x 16 key blocks fill
 // two waves of CTAs, so each pair's key blocks run in two waves and its Q, dO and dQ lines are
 // fetched again in the second; the dense walk shares each fetch among the 8 key blocks of a
 // wave in lockstep, the sparse one among the ~2 of them that keep the block.
-inline bool sm90_sparse_pair_order() { return env_is("FLASHATTN_SM90_SPARSE_PAIRS", '1'); }
+inline bool sm90_sparse_pair_order() { return !env_is("FLASHATTN_SM90_SPARSE_PAIRS", '0'); }
 
 // Pairs per section: as many as keep their Q, dO and dQ accumulator in 80% of L2 (a power of
 // two, as FA3 found faster), at least 1; 0 for the per-pair order.

@@ -6,7 +6,10 @@ with both; the modes alternate in rounds of timed calls. TFLOP/s (2.5x the forwa
 d, halved for causal) of the median round, each deterministic mode over the default, and the
 largest gradient difference from the first deterministic mode (other orders sum in fp32 in
 another order: an ulp or two of bf16; the same order must give 0). Usage: python3
-tools/device/det_order_ab.py [--d 64 128 256] [--N 1024 ... 16384] [--causal 0 1] [--rounds 7]."""
+tools/device/det_order_ab.py [--d 64 128 256] [--N 1024 ... 16384] [--causal 0 1] [--rounds 7]
+[--modes det diag dq2 diag+dq2] (default and det always run). Its first run (H100,
+2026-12-07) hung in its first cell (d 64 causal 1k) with every mode: run a hang's suspects
+one at a time under `timeout` (benchmarks/NOTES.md)."""
 import argparse
 import os
 import statistics
@@ -32,7 +35,11 @@ def main():
     ap.add_argument("--causal", nargs="+", type=int, default=[1, 0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--modes", nargs="+", default=["diag", "dq2", "diag+dq2"],
+                    choices=["diag", "dq2", "diag+dq2"])
     args = ap.parse_args()
+    for m in [m for m in MODES if m not in ("default", "det") and m not in args.modes]:
+        del MODES[m]
     os.environ["FLASHATTN_SM90_DET_BWD"] = "1"
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     dets = [m for m in MODES if m != "default"]
