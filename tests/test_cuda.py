@@ -106,16 +106,11 @@ def test_large_shapes(N, B, H, Hk, d, causal, dtype):
                      3.0 if name.startswith("d") else 2.0)
 
 
-@pytest.mark.parametrize("sm90det", [False, True], ids=["default", "sm90det"])
-@pytest.mark.parametrize("d", [128, 256])  # 256: the tile chosen by shared memory (sm90: 64 x 64)
-@pytest.mark.parametrize("varlen", [False, True])
-def test_deterministic_bitwise_large(varlen, d, sm90det, monkeypatch):
-    """Bitwise over two runs on large GQA calls; sm90det: the sm90 backward's deterministic
-    variant (FLASHATTN_SM90_DET_BWD=1; on other GPUs the same sm80 path twice)."""
+def _large_gqa_call(varlen, d, padded_causal):
+    """A large GQA call for the deterministic tests: f(q, k, v) -> out with deterministic=True
+    (16 / 2 heads of d, bf16) and fresh inputs and dout. varlen: sequences of 4096, 0, 1000
+    and 3000 tokens, causal; else 2 x 4096, causal when padded_causal."""
     dtype = torch.bfloat16
-    _skip(dtype, d)
-    if sm90det:
-        monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
     H, Hk = 16, 2
     if varlen:
         lens = [4096, 0, 1000, 3000]
@@ -130,12 +125,24 @@ def test_deterministic_bitwise_large(varlen, d, sm90det, monkeypatch):
         shape_q, shape_k = (2, 4096, H, d), (2, 4096, Hk, d)
 
         def f(q, k, v):
-            return flashattn.flash_attn_func(q, k, v, deterministic=True)
+            return flashattn.flash_attn_func(q, k, v, causal=padded_causal, deterministic=True)
     q = torch.randn(shape_q, device="cuda", dtype=dtype)
     k = torch.randn(shape_k, device="cuda", dtype=dtype)
     v = torch.randn(shape_k, device="cuda", dtype=dtype)
     dout = torch.randn(shape_q, device="cuda", dtype=dtype)
-    _assert_bitwise_twice(f, q, k, v, dout)
+    return f, q, k, v, dout
+
+
+@pytest.mark.parametrize("sm90det", [False, True], ids=["default", "sm90det"])
+@pytest.mark.parametrize("d", [128, 256])  # 256: the tile chosen by shared memory (sm90: 64 x 64)
+@pytest.mark.parametrize("varlen", [False, True])
+def test_deterministic_bitwise_large(varlen, d, sm90det, monkeypatch):
+    """Bitwise over two runs on large GQA calls; sm90det: the sm90 backward's deterministic
+    variant (FLASHATTN_SM90_DET_BWD=1; on other GPUs the same sm80 path twice)."""
+    _skip(torch.bfloat16, d)
+    if sm90det:
+        monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+    _assert_bitwise_twice(*_large_gqa_call(varlen, d, False))
 
 
 @pytest.mark.parametrize("hd,sl,causal,window,heads", [
@@ -176,6 +183,30 @@ def test_deterministic_rotation_chunks_match_reference(hd, sl, heads, chunk, mon
     _assert_bitwise_case(hd, sl, heads)
 
 
+def _sm90_det_case(hd, sl, causal, window, heads, diag, dq2, monkeypatch):
+    """A deterministic call on the sm90 backward (FLASHATTN_SM90_DET_BWD=1; diag / dq2 its
+    opt-in switches): the op's choice asserted to be sm90, then against the reference and
+    bitwise over two runs (skipped off Hopper)."""
+    from test_attention import run_case, window_for
+
+    skip_unless_sm90()
+    _skip_unless_det_switches(diag, dq2)
+    monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
+    if diag:
+        monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "1")
+    if dq2:
+        monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
+    H, Hk = HEADS[heads]
+    q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
+    k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
+    kw = dict(causal=causal, window_size=window_for(window, *sl))
+    assert flashattn.kernel_path(q, k, k, direction="bwd", deterministic=True, **kw) == "sm90"
+    c = dict(dtype="bf16", hd=hd, sl=sl, causal=causal, window=window, softcap=0.0,
+             alibi="none", heads=heads, noncontig=False)
+    run_case("cuda", c, deterministic=True)
+    _assert_bitwise_case(hd, sl, heads, **kw)
+
+
 @pytest.mark.parametrize("hd,sl,causal,window,heads", [
     ((128, 128), (1000, 1000), True, "none", "gqa"),
     ((128, 128), (777, 1100), False, "none", "mha"),
@@ -194,22 +225,7 @@ def test_deterministic_sm90(hd, sl, causal, window, heads, dq2, monkeypatch):
     order. The op's choice asserted to be sm90, then against the reference and bitwise over
     two runs (skipped off Hopper). dq2: two dQ warps taking the blocks in turn
     (FLASHATTN_SM90_DET_DQ2=1, opt-in)."""
-    from test_attention import run_case, window_for
-
-    skip_unless_sm90()
-    _skip_unless_det_switches(False, dq2)
-    monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
-    if dq2:
-        monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
-    H, Hk = HEADS[heads]
-    q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
-    k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
-    kw = dict(causal=causal, window_size=window_for(window, *sl))
-    assert flashattn.kernel_path(q, k, k, direction="bwd", deterministic=True, **kw) == "sm90"
-    c = dict(dtype="bf16", hd=hd, sl=sl, causal=causal, window=window, softcap=0.0,
-             alibi="none", heads=heads, noncontig=False)
-    run_case("cuda", c, deterministic=True)
-    _assert_bitwise_case(hd, sl, heads, **kw)
+    _sm90_det_case(hd, sl, causal, window, heads, False, dq2, monkeypatch)
 
 
 @pytest.mark.parametrize("hd,sl,causal,window,heads", [
@@ -229,23 +245,7 @@ def test_deterministic_sm90_diag(hd, sl, causal, window, heads, dq2, monkeypatch
     first (sq != sk both ways: with sk > sq several key blocks start at query block 0). The
     op's choice asserted to be sm90, then against the reference and bitwise over two runs
     (skipped off Hopper). dq2: with two dQ warps (FLASHATTN_SM90_DET_DQ2=1)."""
-    from test_attention import run_case, window_for
-
-    skip_unless_sm90()
-    _skip_unless_det_switches(True, dq2)
-    monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
-    monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "1")
-    if dq2:
-        monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
-    H, Hk = HEADS[heads]
-    q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
-    k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
-    kw = dict(causal=causal, window_size=window_for(window, *sl))
-    assert flashattn.kernel_path(q, k, k, direction="bwd", deterministic=True, **kw) == "sm90"
-    c = dict(dtype="bf16", hd=hd, sl=sl, causal=causal, window=window, softcap=0.0,
-             alibi="none", heads=heads, noncontig=False)
-    run_case("cuda", c, deterministic=True)
-    _assert_bitwise_case(hd, sl, heads, **kw)
+    _sm90_det_case(hd, sl, causal, window, heads, True, dq2, monkeypatch)
 
 
 @pytest.mark.parametrize("dq2", [False, True], ids=["", "dq2"])
@@ -262,26 +262,7 @@ def test_deterministic_sm90_diag_large(varlen, d, dq2, monkeypatch):
     monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
     if dq2:
         monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
-    dtype = torch.bfloat16
-    H, Hk = 16, 2
-    if varlen:
-        lens = [4096, 0, 1000, 3000]
-        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32,
-                          device="cuda")
-        shape_q, shape_k = (sum(lens), H, d), (sum(lens), Hk, d)
-
-        def f(q, k, v):
-            return flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 4096, 4096, causal=True,
-                                                    deterministic=True)
-    else:
-        shape_q, shape_k = (2, 4096, H, d), (2, 4096, Hk, d)
-
-        def f(q, k, v):
-            return flashattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
-    q = torch.randn(shape_q, device="cuda", dtype=dtype)
-    k = torch.randn(shape_k, device="cuda", dtype=dtype)
-    v = torch.randn(shape_k, device="cuda", dtype=dtype)
-    dout = torch.randn(shape_q, device="cuda", dtype=dtype)
+    f, q, k, v, dout = _large_gqa_call(varlen, d, True)
 
     def grads():
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
