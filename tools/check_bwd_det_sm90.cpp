@@ -7,7 +7,7 @@
 // resident slots (R = 1, 2, 7, all) and each visits its query blocks in the kernels' order
 // (bwd_visit_block), waiting at each for its turn (no deadlock). With the diagonal order
 // (causal) it also checks that the turns follow the arrivals: with every key block resident,
-// no key block ever waits.
+// the only waits are those that stagger key blocks sharing a first query block (sk > sq).
 // Usage: check_bwd_det_sm90 CASES SEED
 #include <algorithm>
 #include <cstdio>
