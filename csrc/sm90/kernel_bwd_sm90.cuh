@@ -34,6 +34,10 @@
 #include "bwd_order_sm90.cuh"  // bwd_block_coord
 #include "primitives_bwd_sm90.cuh"
 
+#ifndef FLASHATTN_SM90_DET_DEBUG  // bwd_dq_warp's bounded semaphore wait (a debugging build)
+#define FLASHATTN_SM90_DET_DEBUG 0
+#endif
+
 namespace flashattn::sm90 {
 
 struct BwdMaps {
@@ -234,8 +238,26 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
     if constexpr (kDet) {
       sem = args.dq_sem + (int64_t(b) * p.nheads + h) * args.m_blocks + m_block(it);
       if (lane == 0) {
-        sm80::bwd_detail::sem_wait(
-            sem, bwd_det_turn(mi, m0, n_block, Cfg::kBM, Cfg::kBN, args.det_diag));
+        const int turn = bwd_det_turn(mi, m0, n_block, Cfg::kBM, Cfg::kBN, args.det_diag);
+#if FLASHATTN_SM90_DET_DEBUG
+        // A debugging build's bounded wait (-DFLASHATTN_SM90_DET_DEBUG=1; the opt-in switches
+        // hung once on an H100, 2026-12-07): stuck for ~2^30 polls (seconds), it names its
+        // place and traps instead of hanging. (Its printf costs the kernel 48 bytes of stack
+        // and spills: never in the package's build.)
+        for (uint32_t polls = 0;; ++polls) {
+          int v;
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+          if (v == turn) break;
+          if (polls == (1u << 30)) {
+            printf("flashattn sm90 det bwd stuck: b %d h %d key block %d query block %d turn %d "
+                   "semaphore %d (diag %d, dq warps %d, step %d of %d)\n", b, h, n_block,
+                   m0 / Cfg::kBM, turn, v, int(args.det_diag), stride, it, n_iters);
+            __trap();
+          }
+        }
+#else
+        sm80::bwd_detail::sem_wait(sem, turn);
+#endif
         fence_proxy_async_global();  // the reduce-adds (async proxy) after the acquire
       }
       if (stride == 2 && it > 0) {  // the other warp has taken block it - 1's stages
