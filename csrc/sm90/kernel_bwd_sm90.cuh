@@ -232,6 +232,23 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
   const BwdParams& p = args.p;
   const int tb = p.is_varlen ? 0 : b;
   if constexpr (!kDet) first = 0, stride = 1;
+  // The stages back to the consumers, each once the reduce has read it (before their next block).
+  auto hand_back = [&] {
+    if (lane == 0) bulk_wait_read<1>();
+    __syncwarp();
+    named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
+    if (lane == 0) bulk_wait_read<0>();
+    __syncwarp();
+    named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
+  };
+  // Deterministic: the adds complete (written, not only read), then this key block's turn ends.
+  auto end_turn = [&](int* sem) {
+    if (lane == 0) {
+      bulk_wait<0>();
+      fence_proxy_async_global();
+      sm80::bwd_detail::sem_release(sem);
+    }
+  };
   for (int it = first; it < n_iters; it += stride) {
     const int m0 = m_block(it) * Cfg::kBM;
     int* sem = nullptr;
@@ -285,38 +302,18 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
       }
     }
     if constexpr (kDet) {
-      if (stride == 2) {
-        if (it + 1 < n_iters) {  // this block's stages taken: the other warp may take the next
+      if (stride == 2) {  // the next block to the other warp, the stages back, then the turn
+        if (it + 1 < n_iters) {
           __syncwarp();
           named_bar_arrive(Cfg::kBarDQHand, 64);
-          if (lane == 0) bulk_wait_read<1>();  // then the stages back, once read
-          __syncwarp();
-          named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
-          if (lane == 0) bulk_wait_read<0>();
-          __syncwarp();
-          named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
+          hand_back();
         }
-        if (lane == 0) {  // complete (written, not only read), then this key block's turn ends
-          bulk_wait<0>();
-          fence_proxy_async_global();
-          sm80::bwd_detail::sem_release(sem);
-        }
+        end_turn(sem);
         continue;
       }
-      if (lane == 0) {  // complete (written, not only read), then this key block's turn ends
-        bulk_wait<0>();
-        fence_proxy_async_global();
-        sm80::bwd_detail::sem_release(sem);
-      }
+      end_turn(sem);
     }
-    if (it + 1 < n_iters) {  // the consumers wait for these only before their next block
-      if (lane == 0) bulk_wait_read<1>();
-      __syncwarp();
-      named_bar_arrive(Cfg::kBarDQEmpty + 0, Cfg::kDQBarThreads);
-      if (lane == 0) bulk_wait_read<0>();
-      __syncwarp();
-      named_bar_arrive(Cfg::kBarDQEmpty + 1, Cfg::kDQBarThreads);
-    }
+    if (it + 1 < n_iters) hand_back();
   }
   if (lane == 0) bulk_wait<0>();  // the reduce-adds complete before the CTA ends
 }
