@@ -2,30 +2,29 @@
 grid cells (hidden 2048, B N = 16k tokens), the default backward against deterministic=True
 as it is (index order, one dQ warp), with the diagonal dQ order (FLASHATTN_SM90_DET_DIAG=1,
 causal calls; csrc/sm90/bwd_layout_sm90.h), with two dQ warps (FLASHATTN_SM90_DET_DQ2=1) and
-with both; the modes alternate in rounds of timed calls. TFLOP/s (2.5x the forward's 4 B H N^2
-d, halved for causal) of the median round, each deterministic mode over the default, and the
-largest gradient difference from the first deterministic mode (other orders sum in fp32 in
-another order: an ulp or two of bf16; the same order must give 0). Usage: python3
-tools/device/det_order_ab.py [--d 64 128 256] [--N 1024 ... 16384] [--causal 0 1] [--rounds 7]
-[--modes det diag dq2 diag+dq2] (default and det always run). Its first run (H100,
-2026-12-07) hung in its first cell (d 64 causal 1k) with every mode: run a hang's suspects
-one at a time under `timeout` (benchmarks/NOTES.md)."""
+with both; the modes alternate in rounds of timed calls (ab_timing.time_ab). TFLOP/s (2.5x the
+forward's 4 B H N^2 d, halved for causal) of the median round, each deterministic mode over
+the default, and the largest gradient difference from the first deterministic mode (other
+orders sum in fp32 in another order: an ulp or two of bf16; the same order must give 0).
+Usage: python3 tools/device/det_order_ab.py [--d 64 128 256] [--N 1024 ... 16384] [--causal
+0 1] [--rounds 7] [--modes diag dq2 diag+dq2] (default and det always run). Its first run
+(H100, 2026-12-07) hung in its first cell (d 64 causal 1k) with every mode: run a hang's
+suspects one at a time under `timeout` (benchmarks/NOTES.md)."""
 import argparse
 import os
-import statistics
 
 import torch
 
 import flashattn
+from ab_timing import switched, time_ab  # tools/device/
 
-MODES = {  # name: (deterministic, environment)
+MODES = {  # name: (deterministic, switch)
     "default": (False, {}),
     "det": (True, {}),
     "diag": (True, {"FLASHATTN_SM90_DET_DIAG": "1"}),
     "dq2": (True, {"FLASHATTN_SM90_DET_DQ2": "1"}),
     "diag+dq2": (True, {"FLASHATTN_SM90_DET_DIAG": "1", "FLASHATTN_SM90_DET_DQ2": "1"}),
 }
-SWITCHES = ("FLASHATTN_SM90_DET_DIAG", "FLASHATTN_SM90_DET_DQ2")
 
 
 def main():
@@ -38,11 +37,10 @@ def main():
     ap.add_argument("--modes", nargs="+", default=["diag", "dq2", "diag+dq2"],
                     choices=["diag", "dq2", "diag+dq2"])
     args = ap.parse_args()
-    for m in [m for m in MODES if m not in ("default", "det") and m not in args.modes]:
-        del MODES[m]
+    modes = {m: MODES[m] for m in ["default", "det"] + args.modes}
+    dets = [m for m in modes if m != "default"]
     os.environ["FLASHATTN_SM90_DET_BWD"] = "1"
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
-    dets = [m for m in MODES if m != "default"]
     print(f"{'cell':26s} {'default':>8s} " + " ".join(f"{m:>9s}" for m in dets) +
           "   (TFLOP/s; then each over the default; max|dgrad - det's|)")
     for causal in args.causal:
@@ -56,28 +54,22 @@ def main():
                         for det in (False, True)}
                 dout = torch.randn_like(outs[False])
 
-                def run(mode):
-                    det, env = MODES[mode]
-                    for s in SWITCHES:
-                        os.environ.pop(s, None)
-                    os.environ.update(env)
+                def grads(det):
                     return torch.autograd.grad(outs[det], (q, k, v), dout, retain_graph=True)
-                ref = run("det")
-                diffs = {m: max((a.float() - c.float()).abs().max().item()
-                                for a, c in zip(run(m), ref)) for m in dets}
-                times = {m: [] for m in MODES}
-                for _ in range(args.rounds):
-                    for mode in MODES:
-                        run(mode)
-                        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                        start.record()
-                        for _ in range(args.calls):
-                            run(mode)
-                        end.record()
-                        end.synchronize()
-                        times[mode].append(start.elapsed_time(end) / args.calls)
+
+                def in_mode(m):
+                    return switched(modes[m][1], True)
+                diffs = {}
+                with in_mode("det"):
+                    ref = grads(True)
+                for m in dets:
+                    with in_mode(m):
+                        diffs[m] = max((a.float() - c.float()).abs().max().item()
+                                       for a, c in zip(grads(True), ref))
+                ms = time_ab({m: (lambda m=m: in_mode(m), lambda m=m: grads(modes[m][0]), 1)
+                              for m in modes}, args.rounds, args.calls)
                 flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
-                tf = {m: flops / (statistics.median(t) * 1e-3) / 1e12 for m, t in times.items()}
+                tf = {m: flops / (t * 1e-3) / 1e12 for m, t in ms.items()}
                 cell = f"d{d} N{n} B{b} H{h} {'causal' if causal else 'full'}"
                 print(f"{cell:26s} {tf['default']:8.1f} " +
                       " ".join(f"{tf[m]:9.1f}" for m in dets), flush=True)
@@ -85,8 +77,6 @@ def main():
                       " ".join(f"{tf[m] / tf['default']:9.3f}" for m in dets) + "  " +
                       " ".join(f"{diffs[m]:.2g}" for m in dets), flush=True)
                 del q, k, v, outs, dout
-    for s in SWITCHES:
-        os.environ.pop(s, None)
 
 
 if __name__ == "__main__":
