@@ -59,7 +59,8 @@ struct BwdConfigD256 {
   // (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarPDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
   static constexpr int kBarDet = kBarDQEmpty + kConsumers;  // the consumers (bwd_dkv_turn_*)
-  static constexpr int kBarDQHand = kBarDet + 1;  // deterministic, two dQ warps (bwd_dq_warp)
+  // Deterministic, two dQ warps (bwd_dq_warp): kBarDQHand + w hands a block over to warp 1 + w.
+  static constexpr int kBarDQHand = kBarDet + 1;
   static constexpr int kDQBarThreads = 128 + 32;
   // For the producer's warps shared with the d64 / d128 kernel (bwd_load_warp, bwd_dq_warp):
   // one stage of Q / dO / stats; consumer c's dQ stage: its kDHalf columns from kDHalf c.

@@ -40,6 +40,25 @@
 
 namespace flashattn::sm90 {
 
+#if FLASHATTN_SM90_DET_DEBUG
+// A debugging build's bounded semaphore wait (-DFLASHATTN_SM90_DET_DEBUG=1; the opt-in
+// deterministic switches hung once on an H100, 2026-12-07): false after ~2 s without the turn,
+// where the caller names its place and goes on without it (wrong sums, but the kernel ends and
+// its printf reaches the host). Its printf costs the kernel stack and spills: never in the
+// package's build.
+__device__ __forceinline__ bool det_debug_wait(const int* sem, int turn) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+    if (v == turn) return true;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > 2000000000ull) return false;
+  }
+}
+#endif
+
 struct BwdMaps {
   CUtensorMap q, k, v, dout;  // 4-D (d, row, head, batch) padded; 3-D (d, row, head) varlen
   CUtensorMap dq;             // the fp32 dQ accumulator, boxes of 32 columns x 64 rows
@@ -85,7 +104,8 @@ struct BwdConfig {
   // block written (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
   static constexpr int kBarDet = kBarDQEmpty + kConsumers;  // the consumers (bwd_dkv_turn_*)
-  static constexpr int kBarDQHand = kBarDet + 1;  // deterministic, two dQ warps (bwd_dq_warp)
+  // Deterministic, two dQ warps (bwd_dq_warp): kBarDQHand + w hands a block over to warp 1 + w.
+  static constexpr int kBarDQHand = kBarDet + 1;
   static constexpr int kDQBarThreads = 128 + 32;
   // Consumer c's dQ block in the accumulator (bwd_dq_warp): kDQChunks boxes of 32 columns from
   // column dq_col(c), rows from the query block's row dq_row(c).
@@ -221,9 +241,13 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // bwd_m_block's visiting order), so the waits end.
 // Deterministic calls with BwdArgs::det_dq_warps 2 (FLASHATTN_SM90_DET_DQ2=1): warps 1 and 2
 // take the iterations in turn (first, first + 2, ...), handing the dQ stages over in order
-// through kBarDQHand, and each hands a stage back once read, then waits for its adds to
-// complete and counts itself, while the other warp takes the next block: the completion's
-// latency (an L2 round trip under every SM's reduce traffic) leaves the consumers' path.
+// through kBarDQHand + the receiving warp's first (one barrier each way: on one barrier a
+// warp's arrive and its own later sync would complete it alone, were the other warp still
+// waiting for its turn, and the two would take each other's blocks: found in review after a
+// test of these switches hung on an H100, 2026-12-07), and each hands a stage back once read,
+// then waits for its adds to complete and counts itself, while the other warp takes the next
+// block: the completion's latency (an L2 round trip under every SM's reduce traffic) leaves
+// the consumers' path.
 template <class Cfg, bool kDet = false, class MBlock>
 __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const BwdMaps& maps,
                                             uint32_t smem0, const SeqInfo& si, const MaskInfo& mi,
@@ -257,21 +281,11 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
       if (lane == 0) {
         const int turn = bwd_det_turn(mi, m0, n_block, Cfg::kBM, Cfg::kBN, args.det_diag);
 #if FLASHATTN_SM90_DET_DEBUG
-        // A debugging build's bounded wait (-DFLASHATTN_SM90_DET_DEBUG=1; the opt-in switches
-        // hung once on an H100, 2026-12-07): stuck for ~2^30 polls (seconds), it names its
-        // place and traps instead of hanging. (Its printf costs the kernel 48 bytes of stack
-        // and spills: never in the package's build.)
-        for (uint32_t polls = 0;; ++polls) {
-          int v;
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-          if (v == turn) break;
-          if (polls == (1u << 30)) {
-            printf("flashattn sm90 det bwd stuck: b %d h %d key block %d query block %d turn %d "
-                   "semaphore %d (diag %d, dq warps %d, step %d of %d)\n", b, h, n_block,
-                   m0 / Cfg::kBM, turn, v, int(args.det_diag), stride, it, n_iters);
-            __trap();
-          }
-        }
+        if (!det_debug_wait(sem, turn))
+          printf("flashattn sm90 det bwd: dQ turn not reached: b %d h %d key block %d query "
+                 "block %d turn %d semaphore %d (diag %d, dq warps %d, step %d of %d)\n", b, h,
+                 n_block, m0 / Cfg::kBM, turn, *(volatile int*)sem, int(args.det_diag), stride,
+                 it, n_iters);
 #else
         sm80::bwd_detail::sem_wait(sem, turn);
 #endif
@@ -279,7 +293,7 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
       }
       if (stride == 2 && it > 0) {  // the other warp has taken block it - 1's stages
         __syncwarp();
-        named_bar_sync(Cfg::kBarDQHand, 64);
+        named_bar_sync(Cfg::kBarDQHand + first, 64);
       }
     }
 #pragma unroll
@@ -305,7 +319,7 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
       if (stride == 2) {  // the next block to the other warp, the stages back, then the turn
         if (it + 1 < n_iters) {
           __syncwarp();
-          named_bar_arrive(Cfg::kBarDQHand, 64);
+          named_bar_arrive(Cfg::kBarDQHand + (1 - first), 64);
           hand_back();
         }
         end_turn(sem);
@@ -378,7 +392,13 @@ template <class Cfg>
 __device__ __forceinline__ int* bwd_dkv_turn_wait(const sm80::BwdArgs& args, int b, int h,
                                                   int hk, int n_block) {
   int* sem = args.dkv_sem + (int64_t(b) * args.p.nheads_k + hk) * gridDim.x + n_block;
+#if FLASHATTN_SM90_DET_DEBUG
+  if (threadIdx.x == 128 && !det_debug_wait(sem, h % args.group))
+    printf("flashattn sm90 det bwd: dK / dV turn not reached: b %d h %d key block %d turn %d "
+           "semaphore %d\n", b, h, n_block, h % args.group, *(volatile int*)sem);
+#else
   if (threadIdx.x == 128) sm80::bwd_detail::sem_wait(sem, h % args.group);
+#endif
   named_bar_sync(Cfg::kBarDet, Cfg::kConsumers * 128);
   return sem;
 }
