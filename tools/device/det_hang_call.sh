@@ -4,8 +4,9 @@
 # under a time limit, then `tests -k cuda`. Beside the package's build (the machine's own
 # environment), a debugging build in a copy (-DFLASHATTN_SM90_DET_DEBUG=1: the semaphore waits
 # give up after 2 s, print where they were and go on, so a hang becomes a failing test with a
-# place); a group that times out on the package's build runs again on it. Everything within
-# DEADLINE seconds (default 570); logs in $OUT/logs.tgz, a summary last.
+# place); a group that times out on the package's build runs again on it. If none hung,
+# det_order_ab.py times the switches (DET_AB=0: not). Everything within DEADLINE seconds
+# (default 570); logs in $OUT/logs.tgz, a summary last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT="${OUT:-/tmp/out}"; L=/tmp/logs; mkdir -p "$OUT" $L
@@ -53,6 +54,15 @@ for g in "${hung[@]}"; do
   det_group dbg_$name $D "$expr" ${DBG_LIMIT:-90}
 done
 
+# No group hung: the switches timed against the default and the index order, in one process.
+if [ ${#hung[@]} = 0 ] && [ "${DET_AB:-1}" = 1 ]; then
+  lim=${AB_LIMIT:-150}; [ $lim -gt $(( $(left) - 60 )) ] && lim=$(( $(left) - 60 ))
+  if [ $lim -gt 30 ]; then
+    PYTHONPATH=$ROOT timeout $lim python3 tools/device/det_order_ab.py ${AB_ARGS:---d 64 128 256 \
+      --N 1024 4096 16384 --rounds 5 --calls 4} 2>&1 | tee $L/det_order_ab.txt
+    echo "== det A/B rc=${PIPESTATUS[0]} (limit $lim s)"
+  fi
+fi
 lim=$(( $(left) - 15 ))
 if [ $lim -gt 40 ]; then
   t1=$(date +%s)
