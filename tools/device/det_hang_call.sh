@@ -14,16 +14,26 @@ if [ -f .peers/a/part_aa ]; then mkdir -p /tmp/fa4 && cp .peers/a/part_aa /tmp/f
 t0=$(date +%s); DEADLINE=${DEADLINE:-570}
 left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
 ROOT=$PWD D=/tmp/dbg
-rm -rf $D && mkdir -p $D
-git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C $D
-( cd $D && NVCC_APPEND_FLAGS="-DFLASHATTN_SM90_DET_DEBUG=1" FLASHATTN_HEADDIMS=64,128,256 \
-    FLASHATTN_DISABLE_DROPOUT=1 FLASHATTN_DISABLE_BLOCK_SPARSE=1 FLASHATTN_DISABLE_FP8=1 \
-    MAX_JOBS=${DBG_JOBS:-5} python3 setup.py build_ext --inplace > $L/build_dbg.log 2>&1
-  echo "== debug build rc=$? ($(( $(date +%s) - t0 )) s)" ) > $L/dbg_rc.txt 2>&1 &
-dbg=$!
+# The summary also goes to $OUT as it is written (a call cut short by the budget keeps it).
+exec > >(tee "$OUT/summary.txt") 2>&1
+SHORT=(FLASHATTN_HEADDIMS=64,128,256 FLASHATTN_DISABLE_DROPOUT=1 FLASHATTN_DISABLE_BLOCK_SPARSE=1
+       FLASHATTN_DISABLE_FP8=1)
+dbg=""
+if [ "${LEAN:-0}" != 1 ]; then
+  rm -rf $D && mkdir -p $D
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C $D
+  ( cd $D && env NVCC_APPEND_FLAGS="-DFLASHATTN_SM90_DET_DEBUG=1" "${SHORT[@]}" \
+      MAX_JOBS=${DBG_JOBS:-5} python3 setup.py build_ext --inplace > $L/build_dbg.log 2>&1
+    echo "== debug build rc=$? ($(( $(date +%s) - t0 )) s)" ) > $L/dbg_rc.txt 2>&1 &
+  dbg=$!
+fi
 rm -f flashattn/_C*.so
-MAX_JOBS=${MAX_JOBS:-11} python3 -m pip install --no-build-isolation --no-deps -v -e . > $L/build.log 2>&1
-echo "== build rc=$? ($(( $(date +%s) - t0 )) s, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST-<unset>})"
+# LEAN=1 (a call on a little budget): no debugging build, and the package built for the
+# switches' tests alone (head dims 64 / 128 / 256, no dropout, block-sparse or FP8 kernels).
+lean=(); [ "${LEAN:-0}" = 1 ] && lean=("${SHORT[@]}")
+env "${lean[@]}" MAX_JOBS=${MAX_JOBS:-11} python3 -m pip install --no-build-isolation --no-deps -v \
+  -e . > $L/build.log 2>&1
+echo "== build rc=$? ($(( $(date +%s) - t0 )) s, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST-<unset>}${lean:+, lean: ${lean[*]}})"
 grep -m1 -oE 'archs .*sources \([0-9]+ sm90\)' $L/build.log
 grep -E " error|error:" $L/build.log | head -10
 
@@ -31,7 +41,7 @@ det_group() {  # name, tree, -k expression, limit (s)
   local lim=$4
   [ "$lim" -gt "$(left)" ] && lim=$(left)
   if [ "$lim" -lt 20 ]; then echo "== det $1: no time left"; return 99; fi
-  FLASHATTN_TEST_DET_SWITCHES=1 FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$2 timeout -s INT -k 10 $lim \
+  FLASHATTN_TEST_DET_SWITCHES=1 PYTHONPATH=$2 timeout -s INT -k 10 $lim \
     bash -c "cd $2 && exec python3 -m pytest -x -v -p no:cacheprovider -o faulthandler_timeout=30 \
       tests/test_cuda.py -k '$3'" > $L/det_$1.log 2>&1
   local rc=$?
@@ -47,9 +57,8 @@ for g in "dq2:sm90 and dq2 and not diag" "diag:diag and not dq2" "diag_dq2:diag 
   rc=$?
   [ $rc = 124 ] || [ $rc = 130 ] || [ $rc = 137 ] && hung+=("$g")
 done
-wait $dbg; cat $L/dbg_rc.txt
-grep -E " error|error:" $L/build_dbg.log | head -5
-for g in "${hung[@]}"; do
+[ -n "$dbg" ] && { wait $dbg; cat $L/dbg_rc.txt; grep -E " error|error:" $L/build_dbg.log | head -5; }
+[ -n "$dbg" ] && for g in "${hung[@]}"; do
   name=${g%%:*}; expr=${g#*:}
   det_group dbg_$name $D "$expr" ${DBG_LIMIT:-90}
 done
@@ -64,7 +73,7 @@ if [ ${#hung[@]} = 0 ] && [ "${DET_AB:-1}" = 1 ]; then
   fi
 fi
 lim=$(( $(left) - 15 ))
-if [ $lim -gt 40 ]; then
+if [ $lim -gt 40 ] && [ "${LEAN:-0}" != 1 ]; then
   t1=$(date +%s)
   FLASHATTN_REQUIRE_CUDA=1 PYTHONPATH=$PWD timeout -s INT -k 15 $lim bash -c "exec python3 -m pytest \
     -q -rfEs -p no:cacheprovider -o faulthandler_timeout=60 -n 8 tests -k cuda" > $L/tests_cuda.log 2>&1
