@@ -8,6 +8,7 @@
 // (bwd_visit_block), waiting at each for its turn (no deadlock). With the diagonal order
 // (causal) it also checks that the turns follow the arrivals: with every key block resident,
 // the only waits are those that stagger key blocks sharing a first query block (sk > sq).
+// And the two dQ warps' hand-over (bwd_dq_hand_barrier) over random interleavings.
 // Usage: check_bwd_det_sm90 CASES SEED
 #include <algorithm>
 #include <cstdio>
@@ -86,6 +87,91 @@ static int check_case(const MaskInfo& mi, int bm, int bn, int resident, bool dia
   return bad;
 }
 
+// The two dQ warps' hand-over (bwd_dq_warp under det_dq_warps 2), simulated with the named
+// barriers' counting (bar.arrive counts a warp and goes on; bar.sync counts it and waits; a
+// barrier completes when its count is reached, whoever arrived, and starts again). Parties:
+// the consumers (one, as both consumers' barriers behave alike) and dQ warps 0 and 1. The
+// consumers, per block it: (it > 0) sync on Empty (the last stage read), write block it, arrive
+// on Full. Warp it % 2: its semaphore turn (a random delay), (it > 0) sync on the hand-over
+// barrier hand(it), sync on Full, read the stage (it must hold block it), then (it + 1 < n)
+// arrive on hand(it + 1), arrive on Empty. Random interleavings; returns 0, 1 (a warp read
+// another block) or 2 (a deadlock).
+template <class Hand>
+static int simulate_dq_handover(int n_iters, std::mt19937& rng, Hand hand) {
+  enum Kind { kDelay, kSync, kArrive, kWrite, kRead };
+  struct Op { Kind kind; int arg; };
+  const int kFull = 0, kEmpty = 1, kHand = 2;  // barriers kHand + hand(it): 2 and 3
+  std::vector<std::vector<Op>> prog(3);
+  for (int it = 0; it < n_iters; ++it) {
+    if (it > 0) prog[0].push_back({kSync, kEmpty});
+    prog[0].push_back({kWrite, it});
+    prog[0].push_back({kArrive, kFull});
+    auto& w = prog[1 + it % 2];
+    w.push_back({kDelay, std::uniform_int_distribution<int>(0, 6)(rng)});
+    if (it > 0) w.push_back({kSync, kHand + hand(it)});
+    w.push_back({kSync, kFull});
+    w.push_back({kRead, it});
+    if (it + 1 < n_iters) w.push_back({kArrive, kHand + hand(it + 1)});
+    w.push_back({kArrive, kEmpty});
+  }
+  int count[4] = {}, gen[4] = {}, stage = -1;
+  std::vector<size_t> pc(3, 0);
+  std::vector<int> wait_bar(3, -1), wait_gen(3, 0);
+  for (;;) {
+    std::vector<int> ready;
+    for (int e = 0; e < 3; ++e)
+      if (pc[e] < prog[e].size() && (wait_bar[e] < 0 || gen[wait_bar[e]] > wait_gen[e]))
+        ready.push_back(e);
+    if (ready.empty()) {
+      for (int e = 0; e < 3; ++e)
+        if (pc[e] < prog[e].size()) return 2;
+      return 0;
+    }
+    const int e = ready[std::uniform_int_distribution<size_t>(0, ready.size() - 1)(rng)];
+    if (wait_bar[e] >= 0) {  // released: the sync is done
+      wait_bar[e] = -1;
+      ++pc[e];
+      continue;
+    }
+    Op& op = prog[e][pc[e]];
+    switch (op.kind) {
+      case kDelay:
+        if (op.arg-- > 0) continue;
+        break;
+      case kWrite: stage = op.arg; break;
+      case kRead:
+        if (stage != op.arg) return 1;
+        break;
+      case kSync:
+      case kArrive: {
+        const int b = op.arg;
+        const int g = gen[b];
+        if (++count[b] == 2) count[b] = 0, ++gen[b];
+        if (op.kind == kSync && gen[b] == g) {  // waits for the barrier's completion
+          wait_bar[e] = b, wait_gen[e] = g;
+          continue;
+        }
+        break;
+      }
+    }
+    ++pc[e];
+  }
+}
+
+// The hand-over over many interleavings: bwd_dq_hand_barrier's must never fail; one shared
+// barrier must fail in some (the check can see the race it guards against).
+static int check_dq_handover(std::mt19937& rng, int trials) {
+  int bad = 0, shared_bad = 0;
+  for (int t = 0; t < trials; ++t) {
+    const int n = 1 + t % 9;
+    bad += simulate_dq_handover(n, rng, [](int it) { return bwd_dq_hand_barrier(it); }) != 0;
+    shared_bad += simulate_dq_handover(n, rng, [](int) { return 0; }) != 0;
+  }
+  std::printf("dQ hand-over: %d interleavings, %d failures (one shared barrier: %d)\n", trials,
+              bad, shared_bad);
+  return bad + (shared_bad == 0);
+}
+
 int main(int argc, char** argv) {
   const int cases = argc > 1 ? std::atoi(argv[1]) : 200;
   std::mt19937 rng(argc > 2 ? std::atoi(argv[2]) : 1);
@@ -117,6 +203,7 @@ int main(int argc, char** argv) {
       if (!bwd_det_diag(mi)) break;
     }
   }
+  failures += check_dq_handover(rng, 20 * cases);
   std::printf("%d cases, %d failures\n", cases, failures);
   return failures == 0 ? 0 : 1;
 }

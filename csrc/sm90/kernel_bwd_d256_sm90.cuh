@@ -59,7 +59,8 @@ struct BwdConfigD256 {
   // (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarPDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
   static constexpr int kBarDet = kBarDQEmpty + kConsumers;  // the consumers (bwd_dkv_turn_*)
-  // Deterministic, two dQ warps (bwd_dq_warp): kBarDQHand + w hands a block over to warp 1 + w.
+  // Deterministic, two dQ warps (bwd_dq_warp): kBarDQHand and kBarDQHand + 1, one per receiving
+  // warp (bwd_dq_hand_barrier).
   static constexpr int kBarDQHand = kBarDet + 1;
   static constexpr int kDQBarThreads = 128 + 32;
   // For the producer's warps shared with the d64 / d128 kernel (bwd_load_warp, bwd_dq_warp):

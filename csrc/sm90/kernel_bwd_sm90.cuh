@@ -104,7 +104,8 @@ struct BwdConfig {
   // block written (consumer -> warp 1) and read by the reduce (warp 1 -> consumer).
   static constexpr int kBarDS = 1, kBarDQFull = 2, kBarDQEmpty = 2 + kConsumers;
   static constexpr int kBarDet = kBarDQEmpty + kConsumers;  // the consumers (bwd_dkv_turn_*)
-  // Deterministic, two dQ warps (bwd_dq_warp): kBarDQHand + w hands a block over to warp 1 + w.
+  // Deterministic, two dQ warps (bwd_dq_warp): kBarDQHand and kBarDQHand + 1, one per receiving
+  // warp (bwd_dq_hand_barrier).
   static constexpr int kBarDQHand = kBarDet + 1;
   static constexpr int kDQBarThreads = 128 + 32;
   // Consumer c's dQ block in the accumulator (bwd_dq_warp): kDQChunks boxes of 32 columns from
@@ -241,10 +242,9 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // bwd_m_block's visiting order), so the waits end.
 // Deterministic calls with BwdArgs::det_dq_warps 2 (FLASHATTN_SM90_DET_DQ2=1): warps 1 and 2
 // take the iterations in turn (first, first + 2, ...), handing the dQ stages over in order
-// through kBarDQHand + the receiving warp's first (one barrier each way: on one barrier a
-// warp's arrive and its own later sync would complete it alone, were the other warp still
-// waiting for its turn, and the two would take each other's blocks: found in review after a
-// test of these switches hung on an H100, 2026-12-07), and each hands a stage back once read,
+// through one named barrier per receiving warp (bwd_dq_hand_barrier; a single shared one could
+// pair a warp with itself: found in review after a test of these switches hung on an H100,
+// 2026-12-07; the host check simulates both), and each hands a stage back once read,
 // then waits for its adds to complete and counts itself, while the other warp takes the next
 // block: the completion's latency (an L2 round trip under every SM's reduce traffic) leaves
 // the consumers' path.
@@ -293,7 +293,7 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
       }
       if (stride == 2 && it > 0) {  // the other warp has taken block it - 1's stages
         __syncwarp();
-        named_bar_sync(Cfg::kBarDQHand + first, 64);
+        named_bar_sync(Cfg::kBarDQHand + bwd_dq_hand_barrier(it), 64);
       }
     }
 #pragma unroll
@@ -319,7 +319,7 @@ __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const Bwd
       if (stride == 2) {  // the next block to the other warp, the stages back, then the turn
         if (it + 1 < n_iters) {
           __syncwarp();
-          named_bar_arrive(Cfg::kBarDQHand + (1 - first), 64);
+          named_bar_arrive(Cfg::kBarDQHand + bwd_dq_hand_barrier(it + 1), 64);
           hand_back();
         }
         end_turn(sem);
