@@ -23,5 +23,7 @@ def test_sm90_det_dq_order(tmp_path):
     """The sm90 deterministic backward's dQ order (csrc/sm90/bwd_layout_sm90.h): at every query
     block the visiting key blocks' turns are 0 .. count - 1, and the waits end with key blocks
     dispatched in index order onto 1, 2, 7 or all slots, each visiting its query blocks from
-    the last down (tools/check_bwd_det_sm90.cpp, random shapes, masks and tiles)."""
+    the last down (tools/check_bwd_det_sm90.cpp, random shapes, masks and tiles); and the two
+    dQ warps' hand-over (bwd_dq_hand_barrier) over random interleavings under named barriers'
+    counting, where one shared barrier must be seen to fail."""
     run_host_check(tmp_path, "check_bwd_det_sm90.cpp", 300)
