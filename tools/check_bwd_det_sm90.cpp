@@ -88,19 +88,22 @@ static int check_case(const MaskInfo& mi, int bm, int bn, int resident, bool dia
 }
 
 // The two dQ warps' hand-over (bwd_dq_warp under det_dq_warps 2), simulated with the named
-// barriers' counting (bar.arrive counts a warp and goes on; bar.sync counts it and waits; a
-// barrier completes when its count is reached, whoever arrived, and starts again). Parties:
-// the consumers (one, as both consumers' barriers behave alike) and dQ warps 0 and 1. The
-// consumers, per block it: (it > 0) sync on Empty (the last stage read), write block it, arrive
-// on Full. Warp it % 2: its semaphore turn (a random delay), (it > 0) sync on the hand-over
-// barrier hand(it), sync on Full, read the stage (it must hold block it), then (it + 1 < n)
-// arrive on hand(it + 1), arrive on Empty. Random interleavings; returns 0, 1 (a warp read
-// another block) or 2 (a deadlock).
+// barriers' counting (bar.arrive adds a warp's 32 threads and goes on; bar.sync adds them and
+// waits; a barrier completes when its count reaches the expected threads, whoever arrived,
+// and starts again). Parties: the consumers (one warpgroup, 128 threads, as both consumers'
+// barriers behave alike) and dQ warps 0 and 1. The consumers, per block it: (it > 0) sync on
+// Empty (160: the last stage read), write block it, arrive on Full (160). Warp it % 2: its
+// semaphore turn (a random delay), (it > 0) sync on the hand-over barrier hand(it) (64), sync
+// on Full, read the stage (it must hold block it), then (it + 1 < n) arrive on hand(it + 1),
+// arrive on Empty. Random interleavings. Returns a bit set: 1 a warp read another block,
+// 2 a deadlock, 4 a barrier's count passed its expected threads in one phase (the hardware's
+// behaviour then is not described: a hang, or a phase that never completes).
 template <class Hand>
 static int simulate_dq_handover(int n_iters, std::mt19937& rng, Hand hand) {
   enum Kind { kDelay, kSync, kArrive, kWrite, kRead };
   struct Op { Kind kind; int arg; };
   const int kFull = 0, kEmpty = 1, kHand = 2;  // barriers kHand + hand(it): 2 and 3
+  const int expected[4] = {160, 160, 64, 64}, threads[3] = {128, 32, 32};
   std::vector<std::vector<Op>> prog(3);
   for (int it = 0; it < n_iters; ++it) {
     if (it > 0) prog[0].push_back({kSync, kEmpty});
@@ -114,7 +117,7 @@ static int simulate_dq_handover(int n_iters, std::mt19937& rng, Hand hand) {
     if (it + 1 < n_iters) w.push_back({kArrive, kHand + hand(it + 1)});
     w.push_back({kArrive, kEmpty});
   }
-  int count[4] = {}, gen[4] = {}, stage = -1;
+  int count[4] = {}, gen[4] = {}, stage = -1, result = 0;
   std::vector<size_t> pc(3, 0);
   std::vector<int> wait_bar(3, -1), wait_gen(3, 0);
   for (;;) {
@@ -124,8 +127,8 @@ static int simulate_dq_handover(int n_iters, std::mt19937& rng, Hand hand) {
         ready.push_back(e);
     if (ready.empty()) {
       for (int e = 0; e < 3; ++e)
-        if (pc[e] < prog[e].size()) return 2;
-      return 0;
+        if (pc[e] < prog[e].size()) return result | 2;
+      return result;
     }
     const int e = ready[std::uniform_int_distribution<size_t>(0, ready.size() - 1)(rng)];
     if (wait_bar[e] >= 0) {  // released: the sync is done
@@ -140,13 +143,14 @@ static int simulate_dq_handover(int n_iters, std::mt19937& rng, Hand hand) {
         break;
       case kWrite: stage = op.arg; break;
       case kRead:
-        if (stage != op.arg) return 1;
+        if (stage != op.arg) result |= 1;
         break;
       case kSync:
       case kArrive: {
-        const int b = op.arg;
-        const int g = gen[b];
-        if (++count[b] == 2) count[b] = 0, ++gen[b];
+        const int b = op.arg, g = gen[b];
+        count[b] += threads[e];
+        if (count[b] > expected[b]) return result | 4;
+        if (count[b] == expected[b]) count[b] = 0, ++gen[b];
         if (op.kind == kSync && gen[b] == g) {  // waits for the barrier's completion
           wait_bar[e] = b, wait_gen[e] = g;
           continue;
@@ -161,14 +165,17 @@ static int simulate_dq_handover(int n_iters, std::mt19937& rng, Hand hand) {
 // The hand-over over many interleavings: bwd_dq_hand_barrier's must never fail; one shared
 // barrier must fail in some (the check can see the race it guards against).
 static int check_dq_handover(std::mt19937& rng, int trials) {
-  int bad = 0, shared_bad = 0;
+  int bad = 0, shared[8] = {};
   for (int t = 0; t < trials; ++t) {
     const int n = 1 + t % 9;
     bad += simulate_dq_handover(n, rng, [](int it) { return bwd_dq_hand_barrier(it); }) != 0;
-    shared_bad += simulate_dq_handover(n, rng, [](int) { return 0; }) != 0;
+    ++shared[simulate_dq_handover(n, rng, [](int) { return 0; })];
   }
-  std::printf("dQ hand-over: %d interleavings, %d failures (one shared barrier: %d)\n", trials,
-              bad, shared_bad);
+  const int shared_bad = trials - shared[0];
+  std::printf("dQ hand-over: %d interleavings, %d failures; one shared barrier: %d (a wrong "
+              "block read %d, with a deadlock %d, with a barrier over-full %d)\n", trials, bad,
+              shared_bad, shared[1] + shared[3] + shared[5] + shared[7],
+              shared[2] + shared[3] + shared[6] + shared[7], shared[4] + shared[5] + shared[6] + shared[7]);
   return bad + (shared_bad == 0);
 }
 

@@ -94,7 +94,8 @@ FLASHATTN_HOST_DEVICE int bwd_det_turn(const MaskInfo& mi, int m0, int n_block, 
 // over to on named barrier kBarDQHand + bwd_dq_hand_barrier(it): one barrier per receiving
 // warp. (On a single one, a warp's arrive handing it + 1 over and its own sync before it + 2
 // could complete the barrier alone while the other warp still waited for its turn at it + 1;
-// the two then took each other's blocks. tools/check_bwd_det_sm90.cpp simulates both.)
+// the two then took each other's blocks, and could end waiting on the barrier for ever.
+// tools/check_bwd_det_sm90.cpp simulates both.)
 FLASHATTN_HOST_DEVICE int bwd_dq_hand_barrier(int it) { return it % 2; }
 
 }  // namespace flashattn::sm90
