@@ -4,8 +4,9 @@
 # under a time limit, then `tests -k cuda`. Beside the package's build (the machine's own
 # environment), a debugging build in a copy (-DFLASHATTN_SM90_DET_DEBUG=1: the semaphore waits
 # give up after 2 s, print where they were and go on, so a hang becomes a failing test with a
-# place); a group that times out on the package's build runs again on it. If none hung,
-# det_order_ab.py times the switches (DET_AB=0: not). Everything within DEADLINE seconds
+# place; it bounds the semaphore waits, not a named barrier's); a group that times out on the
+# package's build runs again on it. If every group passed, det_order_ab.py times the switches
+# (DET_AB=0: not). Everything within DEADLINE seconds
 # (default 570); logs in $OUT/logs.tgz, a summary last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -45,16 +46,17 @@ det_group() {  # name, tree, -k expression, limit (s)
     bash -c "cd $2 && exec python3 -m pytest -x -v -p no:cacheprovider -o faulthandler_timeout=30 \
       tests/test_cuda.py -k '$3'" > $L/det_$1.log 2>&1
   local rc=$?
-  echo "== det $1 ($3, $2) rc=$rc: $(tail -n 1 $L/det_$1.log)"
+  echo "== det $1 ($3, $(cd /tmp && PYTHONPATH=$2 python3 -c 'import flashattn; print(flashattn.__file__)' 2>&1 | tail -n 1)) rc=$rc: $(tail -n 1 $L/det_$1.log)"
   grep -E "(PASSED|FAILED|SKIPPED|ERROR)( |$)" $L/det_$1.log | sed 's/^tests.test_cuda.py:://' | tail -n 30
   grep -E "turn not reached|Timeout|^E  " $L/det_$1.log | sort | uniq -c | sort -rn | head -20
   return $rc
 }
-hung=()
+hung=(); clean=1
 for g in "dq2:sm90 and dq2 and not diag" "diag:diag and not dq2" "diag_dq2:diag and dq2"; do
   name=${g%%:*}; expr=${g#*:}
   det_group $name $ROOT "$expr" ${GROUP_LIMIT:-75}
   rc=$?
+  [ $rc = 0 ] || clean=0
   [ $rc = 124 ] || [ $rc = 130 ] || [ $rc = 137 ] && hung+=("$g")
 done
 [ -n "$dbg" ] && { wait $dbg; cat $L/dbg_rc.txt; grep -E " error|error:" $L/build_dbg.log | head -5; }
@@ -63,8 +65,9 @@ done
   det_group dbg_$name $D "$expr" ${DBG_LIMIT:-90}
 done
 
-# No group hung: the switches timed against the default and the index order, in one process.
-if [ ${#hung[@]} = 0 ] && [ "${DET_AB:-1}" = 1 ]; then
+# Every group passed: the switches timed against the default and the index order, in one
+# process.
+if [ $clean = 1 ] && [ "${DET_AB:-1}" = 1 ]; then
   lim=${AB_LIMIT:-150}; [ $lim -gt $(( $(left) - 60 )) ] && lim=$(( $(left) - 60 ))
   if [ $lim -gt 30 ]; then
     PYTHONPATH=$ROOT timeout $lim python3 tools/device/det_order_ab.py ${AB_ARGS:---d 64 128 256 \
