@@ -15,9 +15,10 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def _skip_unless_det_switches(diag, dq2):
     """The sm90 deterministic backward's opt-in switches FLASHATTN_SM90_DET_DIAG / _DQ2: on an
     H100 (2026-12-07, benchmarks/results/h100_det_call_4701b26.txt) a test of the diagonal
-    order hung (its first backward had passed against the reference; the cause is not found
-    yet), so their tests run only under FLASHATTN_TEST_DET_SWITCHES=1, where a hang stops
-    nothing else (e.g. `FLASHATTN_TEST_DET_SWITCHES=1 pytest tests/test_cuda.py -k diag`)."""
+    order hung (its first backward had passed against the reference). A likely cause, the two
+    dQ warps' hand-over race (bwd_dq_hand_barrier), was mended since but has not run on a GPU,
+    so their tests run only under FLASHATTN_TEST_DET_SWITCHES=1, where a hang stops nothing
+    else (e.g. `FLASHATTN_TEST_DET_SWITCHES=1 pytest tests/test_cuda.py -k diag`)."""
     if (diag or dq2) and os.environ.get("FLASHATTN_TEST_DET_SWITCHES") != "1":
         pytest.skip("FLASHATTN_SM90_DET_DIAG / _DQ2 hung once on an H100 (2026-12-07): run "
                     "with FLASHATTN_TEST_DET_SWITCHES=1")

@@ -172,10 +172,12 @@ static int check_dq_handover(std::mt19937& rng, int trials) {
     ++shared[simulate_dq_handover(n, rng, [](int) { return 0; })];
   }
   const int shared_bad = trials - shared[0];
+  int by_kind[3] = {};  // shared-barrier runs with a wrong read, a deadlock, an over-full phase
+  for (int r = 1; r < 8; ++r)
+    for (int k = 0; k < 3; ++k) by_kind[k] += (r >> k & 1) * shared[r];
   std::printf("dQ hand-over: %d interleavings, %d failures; one shared barrier: %d (a wrong "
               "block read %d, with a deadlock %d, with a barrier over-full %d)\n", trials, bad,
-              shared_bad, shared[1] + shared[3] + shared[5] + shared[7],
-              shared[2] + shared[3] + shared[6] + shared[7], shared[4] + shared[5] + shared[6] + shared[7]);
+              shared_bad, by_kind[0], by_kind[1], by_kind[2]);
   return bad + (shared_bad == 0);
 }
 

@@ -46,7 +46,9 @@ det_group() {  # name, tree, -k expression, limit (s)
     bash -c "cd $2 && exec python3 -m pytest -x -v -p no:cacheprovider -o faulthandler_timeout=30 \
       tests/test_cuda.py -k '$3'" > $L/det_$1.log 2>&1
   local rc=$?
-  echo "== det $1 ($3, $(cd /tmp && PYTHONPATH=$2 python3 -c 'import flashattn; print(flashattn.__file__)' 2>&1 | tail -n 1)) rc=$rc: $(tail -n 1 $L/det_$1.log)"
+  local pkg
+  pkg=$(cd /tmp && PYTHONPATH=$2 python3 -c 'import flashattn; print(flashattn.__file__)' 2>&1 | tail -n 1)
+  echo "== det $1 ($3, $pkg) rc=$rc: $(tail -n 1 $L/det_$1.log)"
   grep -E "(PASSED|FAILED|SKIPPED|ERROR)( |$)" $L/det_$1.log | sed 's/^tests.test_cuda.py:://' | tail -n 30
   grep -E "turn not reached|Timeout|^E  " $L/det_$1.log | sort | uniq -c | sort -rn | head -20
   return $rc
