@@ -616,3 +616,13 @@ def test_sm90_fp8_stage_layout(tmp_path):
     """The sm90 FP8 forward's V^T column order against the e4m3 P registers' layout, and the
     varlen regions of V^T (csrc/sm90/fp8_layout_sm90.h; tools/check_fp8_stage.cpp)."""
     run_host_check(tmp_path, "check_fp8_stage.cpp", 400)
+
+
+@needs_host_cxx
+def test_sm90_fp8_vchip_transpose(tmp_path):
+    """The on-chip V^T of the sm90 FP8 forward (FLASHATTN_SM90_FP8_VCHIP=1;
+    transpose_v_fp8_sm90.cuh), played on the host as the PTX ISA defines ldmatrix.x4.trans,
+    the byte permutes and stmatrix.x4, for every kVChip tile and random partial key blocks:
+    each V^T byte is the right key's at the right row (zeros past the sequence), written once,
+    without bank conflicts (tools/check_fp8_vchip.cpp)."""
+    run_host_check(tmp_path, "check_fp8_vchip.cpp", 20)

@@ -49,6 +49,72 @@ FLASHATTN_HOST_DEVICE constexpr int fp8_pack_idx(int r, int i) {
   return 8 * (r >> 1) + 2 * (r & 1) + 4 * (i >> 1) + (i & 1);
 }
 
+// kVChip's on-chip transpose (transpose_v_fp8_sm90.cuh), shared with its host check
+// (tools/check_fp8_vchip.cpp). One warp op moves 32 keys (32 g .. 32 g + 31) x 16 head-dim
+// bytes (d0 .. d0 + 15) of a raw V stage (key rows) into the V^T stage (head-dim rows, keys in
+// vt_col_of's order):
+// - ldmatrix.x4.trans (b16): lane l gives the row of key 32 g + l, so matrix j holds keys
+//   32 g + 8 j .. + 7; transposed, register j of lane l holds keys 32 g + 8 j + 2 (l % 4) + {0,
+//   1} (low, high half) at bytes d0 + 2 (l / 4) + {0, 1} (the half's low, high byte);
+// - four byte permutes: keys {+0, +1, +8, +9} of one head-dim byte into one word, the word of
+//   V^T columns 32 g + 16 h + 4 (l % 4) .. + 3 (h: registers 2 h, 2 h + 1) at row d0 + 2 (l / 4)
+//   (selector 0x6420) or + 1 (0x7531);
+// - stmatrix.x4 (b16): matrix m = 2 h + s takes those words of every lane, row i from lanes
+//   4 i .. 4 i + 3 (16 bytes of one V^T row). Lanes 16-31 swap their two words (the selectors
+//   of vchip_sel), so matrix s's rows are d0 + 2 i + (i >= 4 ^ s): 8 distinct rows mod 8, no
+//   bank conflict in either swizzle (and the ldmatrix rows are 8 consecutive keys).
+// Row widths of kVChip's stages (FwdConfig's kVRawChunkB and FP8 kVChunkB): raw V rows of dv
+// head-dim bytes in 128-byte chunks where dv is a multiple of 128, else 64; V^T rows of the key
+// block's bn keys likewise.
+FLASHATTN_HOST_DEVICE constexpr int fp8_v_raw_row_bytes(int dv) { return dv % 128 == 0 ? 128 : 64; }
+FLASHATTN_HOST_DEVICE constexpr int fp8_vt_row_bytes(int bn) { return bn % 128 == 0 ? 128 : 64; }
+// Byte b of row `row` of rows of w bytes (128 or 64) in TMA's w-byte swizzle (16-byte unit b / 16
+// XOR row % 8, or (row / 2) % 4).
+FLASHATTN_HOST_DEVICE constexpr uint32_t vchip_swz(int w, int row, int b) {
+  const int x = w == 128 ? row & 7 : (row >> 1) & 3;
+  return uint32_t(row * w + ((((b >> 4) ^ x)) << 4) + (b & 15));
+}
+// The byte-permute selector of lane l's word s of a register pair (s = 0: the matrix of rows
+// d0 + 2 i for i < 4).
+FLASHATTN_HOST_DEVICE constexpr uint32_t vchip_sel(int lane, int s) {
+  return ((lane >> 4) ^ s) ? 0x7531u : 0x6420u;
+}
+// The V^T row (minus d0) and column (minus 32 g) of the stmatrix row address lane l gives.
+FLASHATTN_HOST_DEVICE constexpr int vchip_st_row(int lane) {
+  return 2 * (lane & 7) + (((lane & 7) >> 2) ^ ((lane >> 3) & 1));
+}
+FLASHATTN_HOST_DEVICE constexpr int vchip_st_col(int lane) { return 16 * (lane >> 4); }
+// Register j of a lane (keys kr = 32 g + 8 j + 2 (lane % 4) and kr + 1) with the keys at or past
+// `valid` zeroed (the last key block of a sequence).
+FLASHATTN_HOST_DEVICE constexpr uint32_t vchip_mask(uint32_t r, int kr, int valid) {
+  return kr >= valid ? 0u : kr + 1 >= valid ? r & 0xffffu : r;
+}
+// The shared-memory offsets of op (g, d0) of a lane, in raw chunks of raw_w-byte rows
+// (raw_chunk bytes: kBN rows) and V^T chunks of vt_w-byte rows (vt_chunk bytes: kDv rows):
+// vchip_swz's terms that depend on the lane alone, once (d0 is a multiple of 16 and 32 g of 8,
+// so the swizzle's XOR takes the lane's row bits only), then a few operations an op.
+struct VchipLane {
+  uint32_t ld_row, ld_x;  // ldmatrix: key 32 g + lane's row (lane * raw_w), its XOR
+  uint32_t st_row, st_x;  // stmatrix: head-dim byte d0 + vchip_st_row's row, its XOR
+  uint32_t st_col;        // column 32 g + st_col
+};
+FLASHATTN_HOST_DEVICE constexpr VchipLane vchip_lane(int raw_w, int vt_w, int lane) {
+  return VchipLane{uint32_t(lane * raw_w), vchip_swz(raw_w, lane, 0) % uint32_t(raw_w),
+                   uint32_t(vchip_st_row(lane) * vt_w),
+                   vchip_swz(vt_w, vchip_st_row(lane), 0) % uint32_t(vt_w),
+                   uint32_t(vchip_st_col(lane))};
+}
+FLASHATTN_HOST_DEVICE constexpr uint32_t vchip_ld_off(const VchipLane& l, uint32_t raw_w,
+                                                       uint32_t raw_chunk, uint32_t g,
+                                                       uint32_t d0) {
+  return l.ld_row + g * (32 * raw_w) + d0 / raw_w * raw_chunk + ((d0 % raw_w) ^ l.ld_x);
+}
+FLASHATTN_HOST_DEVICE constexpr uint32_t vchip_st_off(const VchipLane& l, uint32_t vt_w,
+                                                       uint32_t vt_chunk, uint32_t g,
+                                                       uint32_t d0) {
+  return l.st_row + (32 * g + l.st_col) / vt_w * vt_chunk + d0 * vt_w +
+         (((32 * g + l.st_col) % vt_w) ^ l.st_x);
+}
 // Varlen: a sequence's region starts at its first key rounded up to 128, plus kVtRoom for each
 // sequence before it, so that its last key block (blocks of up to 192 keys from the region's
 // start) ends before the next region (tools/check_fp8_stage.cpp: every start mod 256, every

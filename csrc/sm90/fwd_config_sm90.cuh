@@ -8,6 +8,7 @@
 #include "../common/mask.h"
 #include "../common/params.h"
 #include "../common/seqlen.h"
+#include "fp8_layout_sm90.h"
 #include "tile_fwd_sm90.h"
 
 namespace flashattn::sm90 {
@@ -72,6 +73,9 @@ struct FwdConfig {
   // kVChip's raw V stage: chunks of kBN rows (keys) x kVRawChunkB bytes of head-dim columns.
   static constexpr int kVRawChunkB = (kDv * kInBytes) % 128 == 0 ? 128 : 64;
   static constexpr int kVRawChunks = kDv * kInBytes / kVRawChunkB, kVRawChunk = kBN * kVRawChunkB;
+  static_assert(!kFp8 || (kVChunkB == fp8_vt_row_bytes(kBN) &&
+                          kVRawChunkB == fp8_v_raw_row_bytes(kDv)),
+                "fp8_layout_sm90.h's row widths (tools/check_fp8_vchip.cpp plays the transpose)");
   static_assert(kQChunk % 1024 == 0 && kKChunk % 1024 == 0 && kVChunk % 1024 == 0 &&
                     kQBytes % 1024 == 0 && kKBytes % 1024 == 0 && kVBytes % 1024 == 0,
                 "swizzle atoms (8 rows of 64 or 128 bytes) aligned in every chunk and stage");

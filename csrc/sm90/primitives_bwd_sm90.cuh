@@ -1,7 +1,8 @@
 // Hopper building blocks of the backward (and the forward's epilogue) beyond primitives_sm90.cuh:
 // shared-memory accesses by 32-bit address (always STS / LDS, never the generic ST.E a lost
-// address space gives), bulk reduce-adds into global fp32 (1-D and TMA-tensor), the TMA store,
-// their bulk-group waits, and WGMMA descriptor offsets. Each documents the PTX it emits.
+// address space gives; ldmatrix / stmatrix for the FP8 forward's on-chip V^T), bulk reduce-adds
+// into global fp32 (1-D and TMA-tensor), the TMA store, their bulk-group waits, and WGMMA
+// descriptor offsets. Each documents the PTX it emits.
 #pragma once
 #include <cstdint>
 
@@ -23,6 +24,24 @@ __device__ __forceinline__ float2 lds_f32x2(uint32_t addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
   return v;
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: four 8 x 8 b16 matrices, row addresses from
+// lanes 8 j .. 8 j + 7 for matrix j; register j of lane l gets its column l / 4, rows 2 (l % 4)
+// (low half) and + 1. volatile as ld_shared_s32: kept after the mbarrier wait that publishes it.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// stmatrix.sync.aligned.m8n8.x4.shared.b16: four 8 x 8 b16 matrices, row addresses from lanes
+// 8 m .. 8 m + 7 for matrix m; row i of matrix m is register m of lanes 4 i .. 4 i + 3 (16 bytes,
+// lane 4 i first, each register's low half first).
+__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                        uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
 }
 
 // cp.reduce.async.bulk (1-D): `bytes` (a multiple of 16) of fp32 in shared memory added into

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "fp8_layout_sm90.h"
 #include "fwd_config_sm90.cuh"
 #include "primitives_bwd_sm90.cuh"
 #include "primitives_sm90.cuh"
@@ -11,29 +12,36 @@
 
 namespace flashattn::sm90 {
 
-// Byte b of row `row` of a tile of rows of W bytes (128 or 64) in TMA's W-byte swizzle (the
-// 16-byte unit XORed with address bits 7-9, or 7-8: row % 8, or (row / 2) % 4).
-template <int W>
-__device__ __forceinline__ uint32_t swz_offset(int row, int b) {
-  const int x = W == 128 ? row & 7 : (row >> 1) & 3;
-  return uint32_t(row * W + ((((b >> 4) ^ x)) << 4) + (b & 15));
-}
-
 // kVChip (FP8): the transposing warps (tt < 96) walk the tiles and key blocks the loading
 // thread walks; per K / V slot: wait for the raw V stage (TMA) and for the consumers to have
 // released the V^T stage's last use, write V^T (fp8_layout_sm90.h's column order: column 4 q
 // + i holds key vt_key_of(4 q + i), so the four keys 32 g + 16 h + 2 t + {0, 1, 8, 9} of quad
 // q = 8 g + 4 h + t land in one word), fence for the async proxy, release the raw stage and
-// arrive on the V^T stage. A warp step: 8 quads x 4 groups of 4 columns (4-byte loads of the
-// quads' 4 keys, four byte permutes, four 4-byte stores: 2-way bank conflicts at most).
+// arrive on the V^T stage. A warp op (fp8_layout_sm90.h's vchip_*): one ldmatrix.x4.trans of
+// 32 keys x 16 head-dim bytes, four byte permutes, one stmatrix.x4 into V^T; no bank
+// conflicts. A stage's kOps ops are dealt round-robin to the three warps, two loads in flight
+// before their permutes (FLASHATTN_SM90_FP8_VCHIP_ILP: 1 or 2). (The first form, 2026-12-04:
+// 4-byte loads and stores, 16 bytes a lane a step, capped the kernel near 400 TFLOP/s on an
+// H100: the transpose of a stage outlasted the consumers' step.)
+#ifndef FLASHATTN_SM90_FP8_VCHIP_ILP
+#define FLASHATTN_SM90_FP8_VCHIP_ILP 2
+#endif
 template <class Cfg>
 __device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* smem,
                                                 uint64_t* vraw_full, uint64_t* vraw_empty,
                                                 uint64_t* v_full, uint64_t* v_empty, int tt,
                                                 int num_tiles, int m_blocks, int group, int deal) {
   constexpr int kBN = Cfg::kBN, kDv = Cfg::kDv, kStages = Cfg::kStages;
-  constexpr int kQBlocks = kBN / 32, kSteps = kQBlocks * (kDv / 16);  // warp steps a stage
+  constexpr int kRawW = Cfg::kVRawChunkB, kVtW = Cfg::kVChunkB;
+  constexpr int kGroups = kBN / 32, kOps = kGroups * (kDv / 16);  // warp ops a stage
+  constexpr int kWarps = 3;
+  constexpr int kIlp = FLASHATTN_SM90_FP8_VCHIP_ILP;
+  static_assert(kBN % 32 == 0 && kDv % 16 == 0 && kRawW % 16 == 0 && kVtW % 32 == 0,
+                "whole ops: 32 keys x 16 head-dim bytes, inside one chunk each way");
+  static_assert(kIlp == 1 || kIlp == 2, "one or two ops in flight");
   const int lane = tt % 32, w = tt / 32;
+  const uint32_t sel0 = vchip_sel(lane, 0), sel1 = vchip_sel(lane, 1);
+  const VchipLane ln = vchip_lane(kRawW, kVtW, lane);
   int kv_count = 0;
   for (int k = 0;; ++k) {
     const int tile = fwd_tile_of(k, blockIdx.x, gridDim.x, num_tiles, m_blocks, deal);
@@ -46,31 +54,34 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* sme
       mbar_wait(vraw_full + stage, use & 1);
       if (use > 0) mbar_wait(v_empty + stage, (use - 1) & 1);
       const uint32_t raw = smem_u32(smem + Cfg::kSmemVRaw + stage * Cfg::kVBytes);
+      const uint32_t vt = smem_u32(smem + Cfg::kSmemV + stage * Cfg::kVBytes);
       // Keys past the sequence: zeros (varlen boxes hold the next sequence's rows there, whose
       // NaN codes would survive P = 0 in the MMA; padded ones are TMA's zero fill already).
       const int valid = key_end + it * kBN;
-      const uint32_t vt = smem_u32(smem + Cfg::kSmemV + stage * Cfg::kVBytes);
-      for (int st = w; st < kSteps; st += 3) {
-        const int q = 8 * (st % kQBlocks) + lane % 8, c0 = 4 * (4 * (st / kQBlocks) + lane / 8);
-        const int k0 = 32 * (q / 8) + 16 * ((q / 4) % 2) + 2 * (q % 4);
-        const uint32_t x_addr = raw + (c0 / Cfg::kVRawChunkB) * Cfg::kVRawChunk;
-        uint32_t wd[4];
+      // (A run-time loop over the warp's ops: unrolled, ptxas hoisted every op's addresses out
+      // of the key-block loop and spilled ~400 bytes in the producer's 32-40 registers.)
+#pragma unroll 1
+      for (uint32_t op0 = w; op0 < uint32_t(kOps); op0 += kWarps * kIlp) {
+        uint32_t r[kIlp][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {  // keys k0, k0 + 1, k0 + 8, k0 + 9
-          const int key = k0 + (j & 1) + 8 * (j >> 1);
-          wd[j] = uint32_t(
-              ld_shared_s32(x_addr + swz_offset<Cfg::kVRawChunkB>(key, c0 % Cfg::kVRawChunkB)));
-          if (key >= valid) wd[j] = 0;
+        for (int u = 0; u < kIlp; ++u) {
+          const uint32_t op = op0 + kWarps * u, g = op % kGroups, d0 = 16 * (op / kGroups);
+          if (u == 0 || op < uint32_t(kOps))
+            ldsm_x4_trans(r[u], raw + vchip_ld_off(ln, kRawW, Cfg::kVRawChunk, g, d0));
         }
-        const uint32_t lo01 = __byte_perm(wd[0], wd[1], 0x5140), hi01 = __byte_perm(wd[0], wd[1], 0x7362);
-        const uint32_t lo23 = __byte_perm(wd[2], wd[3], 0x5140), hi23 = __byte_perm(wd[2], wd[3], 0x7362);
-        const uint32_t out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                                 __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
-        const int col = 4 * q;  // V^T column of the quad's first key
-        const uint32_t y_addr = vt + (col / Cfg::kVChunkB) * Cfg::kVChunk;
 #pragma unroll
-        for (int i = 0; i < 4; ++i)  // head-dim column c0 + i
-          sts_u32(y_addr + swz_offset<Cfg::kVChunkB>(c0 + i, col % Cfg::kVChunkB), out[i]);
+        for (int u = 0; u < kIlp; ++u) {
+          const uint32_t op = op0 + kWarps * u, g = op % kGroups, d0 = 16 * (op / kGroups);
+          if (u > 0 && op >= uint32_t(kOps)) break;
+          if (valid < kBN) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              r[u][j] = vchip_mask(r[u][j], 32 * int(g) + 8 * j + 2 * (lane % 4), valid);
+          }
+          stsm_x4(vt + vchip_st_off(ln, kVtW, Cfg::kVChunk, g, d0),
+                  __byte_perm(r[u][0], r[u][1], sel0), __byte_perm(r[u][0], r[u][1], sel1),
+                  __byte_perm(r[u][2], r[u][3], sel0), __byte_perm(r[u][2], r[u][3], sel1));
+        }
       }
       fence_async_shared();  // the stores, for the consumers' WGMMAs (async proxy)
       mbar_arrive(vraw_empty + stage);
