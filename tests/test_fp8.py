@@ -167,6 +167,29 @@ def test_fp8_forward_long_tile(c, monkeypatch):
     run_case("cuda", c)
 
 
+def _short_params():
+    f = _factors("cuda")
+    f.update(hd=[(32, 32), (59, 59), (64, 64)], softcap=[0.0])
+    cases = covering_set(f, seed=47)
+    for c in cases:  # causal or windowed calls: the ones the tile takes
+        if c["window"] == "none":
+            c["causal"] = True
+    return [pytest.param(c, id=f"cuda-{case_id(c)}") for c in cases]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
+@pytest.mark.parametrize("c", _short_params())
+def test_fp8_forward_short_local_tile(c, monkeypatch):
+    """The sm90 FP8 forward's d64 short local tile (tile_fwd_sm90.h's fwd_tile_fp8_short_local:
+    128 x 128 for causal / windowed calls of at most 1024 query rows, opt-in under
+    FLASHATTN_SM90_FP8_SHORT=1): head dims 32-64, causal and the windows, varlen with empty
+    sequences, GQA / MQA, the descales, noncontiguous inputs (skipped off Hopper)."""
+    skip_unless_sm90()
+    monkeypatch.setenv("FLASHATTN_SM90_FP8_SHORT", "1")
+    run_case("cuda", c)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
 @pytest.mark.parametrize("causal", [False, True], ids=["nc", "causal"])

@@ -220,6 +220,14 @@ def sm90_cases():
     run_fp8(0, 0, 0, 4, 2, 128, 128, lens=([130, 0, 257, 1], [300, 5, 0, 399]), causal=True)
     run_fp8(2, 1, 700, 8, 1, 112, 112, strided=True)
     del os.environ["FLASHATTN_SM90_FP8_LONG"]
+    # ... and d64's short local tile (128 x 128, opt-in): causal with partial blocks, a window,
+    # varlen with an empty sequence, strided d 40
+    os.environ["FLASHATTN_SM90_FP8_SHORT"] = "1"
+    run_fp8(1, 300, 420, 4, 2, 64, 64, causal=True)
+    run_fp8(2, 333, 520, 6, 2, 64, 64, window_size=(100, 20))
+    run_fp8(0, 0, 0, 4, 2, 64, 64, lens=([130, 0, 257, 1], [300, 5, 0, 399]), causal=True)
+    run_fp8(1, 200, 300, 2, 2, 40, 40, strided=True, causal=True)
+    del os.environ["FLASHATTN_SM90_FP8_SHORT"]
     del os.environ["FLASHATTN_FORCE_BACKEND"]
 
 

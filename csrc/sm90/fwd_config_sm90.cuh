@@ -117,15 +117,19 @@ using FwdConfigOf = FwdConfig<kD, kDv, fwd_tile(kD, kDv, kLocal).block_m,
 #ifndef FLASHATTN_SM90_FP8_EXPFMA
 #define FLASHATTN_SM90_FP8_EXPFMA 0
 #endif
-// kLong: fwd_tile_fp8_long's tile.
-constexpr FwdTile fwd_tile_fp8_of(int d, int dv, bool long_keys) {
-  return long_keys ? fwd_tile_fp8_long(d, dv) : fwd_tile_fp8(d, dv);
+// kShape: the tile of fwd_tile_fp8 (kFp8Tile), fwd_tile_fp8_long (kFp8Long) or
+// fwd_tile_fp8_short_local (kFp8Short).
+enum Fp8Shape : int { kFp8Tile = 0, kFp8Long = 1, kFp8Short = 2 };
+constexpr FwdTile fwd_tile_fp8_of(int d, int dv, int shape) {
+  return shape == kFp8Long    ? fwd_tile_fp8_long(d, dv)
+         : shape == kFp8Short ? fwd_tile_fp8_short_local(d, dv)
+                              : fwd_tile_fp8(d, dv);
 }
-template <int kD, int kDv, int kVChip = 0, bool kLong = false>
+template <int kD, int kDv, int kVChip = 0, int kShape = kFp8Tile>
 using FwdConfigFp8 =
-    FwdConfig<kD, kDv, fwd_tile_fp8_of(kD, kDv, kLong).block_m,
-              fwd_tile_fp8_of(kD, kDv, kLong).block_n, fwd_tile_fp8_of(kD, kDv, kLong).stages,
-              fwd_tile_fp8_of(kD, kDv, kLong).schedule, FLASHATTN_SM90_FP8_EXPFMA, 0,
+    FwdConfig<kD, kDv, fwd_tile_fp8_of(kD, kDv, kShape).block_m,
+              fwd_tile_fp8_of(kD, kDv, kShape).block_n, fwd_tile_fp8_of(kD, kDv, kShape).stages,
+              fwd_tile_fp8_of(kD, kDv, kShape).schedule, FLASHATTN_SM90_FP8_EXPFMA, 0,
               fwd_v_late(kD, kDv), 1, kVChip>;
 // FLASHATTN_SM90_SKIP_RESCALE (a build's A/B, default 0; written 2026-12-06; ran 0.93-0.97x at
 // d 128 FP8 on an H100, where ptxas had also moved P V's wait, see below): a warp skips O's

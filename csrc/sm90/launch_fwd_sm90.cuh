@@ -106,6 +106,11 @@ inline bool sm90_tma_o_enabled() { return !env_is("FLASHATTN_SM90_TMA_O", '0'); 
 // on-chip transpose on (read per call, for the tests and the A/B).
 inline bool sm90_fp8_vchip_enabled() { return env_is("FLASHATTN_SM90_FP8_VCHIP", '1'); }
 
+// The FP8 d64 short local tile (tile_fwd_sm90.h's fwd_tile_fp8_short_local): off (written
+// 2026-12-07 without a GPU); FLASHATTN_SM90_FP8_SHORT=1 turns it on (read per call, for the
+// tests and the A/B).
+inline bool sm90_fp8_short_enabled() { return env_is("FLASHATTN_SM90_FP8_SHORT", '1'); }
+
 // The FP8 long-key tile (tile_fwd_sm90.h's fwd_tile_fp8_long) for a call over `keys` keys: on
 // from min_keys (fwd_fp8_long_min_keys) up (timed on an H100: d 128 +4-5% non-causal 8k / 16k,
 // 2026-12-06; d 256 +4-12% from 2k, 2026-12-07; its reference tests,
@@ -436,7 +441,9 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
 // The FP8 forward of the (kD, kDv) variant, out in Out (bf16 / fp16): the staging pass
 // (stage_fp8_sm90.cuh) into the workspace (fwd_workspace), then the FP8 kernel (the score
 // transform's variant for softcap), one tile shape for every mask but the long-key one
-// (fwd_tile_fp8_long: plain non-causal / causal calls over >= fwd_fp8_long_min_keys keys).
+// (fwd_tile_fp8_long: plain non-causal / causal calls over >= fwd_fp8_long_min_keys keys) and,
+// when switched on, the short local one (fwd_tile_fp8_short_local: plain causal / window calls
+// of at most kShortLocalRows query rows).
 template <int kD, int kDv, typename Out>
 void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
 #ifdef FLASHATTN_DISABLE_FP8
@@ -462,7 +469,16 @@ void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
     if (!vchip && !fwd_score_mod(q) && causal_or_none &&
         sm90_fp8_long_keys(q.seqlen_k, fwd_fp8_long_min_keys(kD)) &&
         smem_optin_bytes() >= fwd_smem_bytes(kLong, kD, kDv, 1)) {
-      launch_fwd_sm90_kernel<FwdConfigFp8<kD, kDv, 0, true>, Out, false>(q, stream, {}, vt);
+      launch_fwd_sm90_kernel<FwdConfigFp8<kD, kDv, 0, kFp8Long>, Out, false>(q, stream, {}, vt);
+      return;
+    }
+  }
+  constexpr FwdTile kShort = fwd_tile_fp8_short_local(kD, kDv);
+  if constexpr (kShort.block_m > 0) {
+    const bool local = q.window_left >= 0 || q.window_right >= 0;
+    if (!vchip && !fwd_score_mod(q) && local && q.seqlen_q <= kShortLocalRows &&
+        sm90_fp8_short_enabled()) {
+      launch_fwd_sm90_kernel<FwdConfigFp8<kD, kDv, 0, kFp8Short>, Out, false>(q, stream, {}, vt);
       return;
     }
   }

@@ -170,12 +170,23 @@ constexpr FwdTile fwd_tile_fp8_long(int d, int dv) {
              ? FwdTile{128, 128, 2, FLASHATTN_SM90_FP8_D256_LONG == 2 ? kPingPong : kOverlap}
              : FwdTile{0, 0, 0, 0};
 }
+// d64 causal / windowed FP8 calls of at most kShortLocalRows query rows, without softcap, with
+// the staged V^T, under FLASHATTN_SM90_FP8_SHORT=1 (opt-in, read per call; written 2026-12-07,
+// seventh session, compiled only): 128 x 128 ping-pong (two consumer warpgroups), the bf16
+// kernels' fwd_tile_short_local, in place of fwd_tile_fp8's 192 x 128, whose third-full last
+// query block at 512 / 1k rows and longer diagonal cost the bf16 kernel 10-13% there (H200,
+// 2026-12-04). FP8 / bf16 at d 64 causal 1k was 0.81 on an H100 (2026-12-07), the bf16 side
+// with this tile. block_m 0: none.
+constexpr FwdTile fwd_tile_fp8_short_local(int d, int dv) {
+  return d == 64 && dv == 64 ? FwdTile{128, 128, 2, kPingPong} : FwdTile{0, 0, 0, 0};
+}
 // The widest key block an FP8 tile reads (fp8_layout_sm90.h sizes varlen's V^T regions by it).
 constexpr int fwd_fp8_block_n_max() {
   int n = fwd_tile_fp8(192, 128).block_n;
   for (int d = 64; d <= 256; d += 64) {
     n = fwd_tile_fp8(d, d).block_n > n ? fwd_tile_fp8(d, d).block_n : n;
     n = fwd_tile_fp8_long(d, d).block_n > n ? fwd_tile_fp8_long(d, d).block_n : n;
+    n = fwd_tile_fp8_short_local(d, d).block_n > n ? fwd_tile_fp8_short_local(d, d).block_n : n;
   }
   return n;
 }
