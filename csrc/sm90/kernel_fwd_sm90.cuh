@@ -88,7 +88,8 @@ __device__ __forceinline__ void fwd_body_sm90(const FwdParams& p, const FwdMaps&
   uint64_t* vraw_full = v_empty + kStages;  // kVChip: the raw V ring
   uint64_t* vraw_empty = vraw_full + kStages;
   constexpr bool kVChip = Cfg::kVChip;
-  constexpr int kTransposers = 96;  // kVChip: warps 1-3 of the producer warpgroup
+  constexpr int kTransposers = kVtTransposers;  // kVChip: warps 1-3 of the producer warpgroup
+  static_assert(kTransposers == 128 - 32, "the producer warpgroup's threads t >= 32 transpose");
   // Block-sparse: list_full / list_empty [2], list_count [2], then lists [2][list_cap].
   constexpr bool sparse = Is_sparse;
   uint64_t* list_full = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBar + 128);

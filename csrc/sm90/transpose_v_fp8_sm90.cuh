@@ -12,7 +12,7 @@
 
 namespace flashattn::sm90 {
 
-// kVChip (FP8): the transposing warps (tt < 96) walk the tiles and key blocks the loading
+// kVChip (FP8): the transposing warps (tt < kVtTransposers) walk the tiles and key blocks the loading
 // thread walks; per K / V slot: wait for the raw V stage (TMA) and for the consumers to have
 // released the V^T stage's last use, write V^T (fp8_layout_sm90.h's column order: column 4 q
 // + i holds key vt_key_of(4 q + i), so the four keys 32 g + 16 h + 2 t + {0, 1, 8, 9} of quad
@@ -23,6 +23,9 @@ namespace flashattn::sm90 {
 // before their permutes (FLASHATTN_SM90_FP8_VCHIP_ILP: 1 or 2). (The first form, 2026-12-04:
 // 4-byte loads and stores, 16 bytes a lane a step, capped the kernel near 400 TFLOP/s on an
 // H100: the transpose of a stage outlasted the consumers' step.)
+// The transposing warps: warps 1-3 of the producer warpgroup (kernel_fwd_sm90.cuh's mbarrier
+// counts of v_full and vraw_empty).
+inline constexpr int kVtTransposers = 96;
 #ifndef FLASHATTN_SM90_FP8_VCHIP_ILP
 #define FLASHATTN_SM90_FP8_VCHIP_ILP 2
 #endif
@@ -34,7 +37,7 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* sme
   constexpr int kBN = Cfg::kBN, kDv = Cfg::kDv, kStages = Cfg::kStages;
   constexpr int kRawW = Cfg::kVRawChunkB, kVtW = Cfg::kVChunkB;
   constexpr int kGroups = kBN / 32, kOps = kGroups * (kDv / 16);  // warp ops a stage
-  constexpr int kWarps = 3;
+  constexpr int kWarps = kVtTransposers / 32;
   constexpr int kIlp = FLASHATTN_SM90_FP8_VCHIP_ILP;
   static_assert(kBN % 32 == 0 && kDv % 16 == 0 && kRawW % 16 == 0 && kVtW % 32 == 0,
                 "whole ops: 32 keys x 16 head-dim bytes, inside one chunk each way");
