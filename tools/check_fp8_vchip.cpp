@@ -73,7 +73,8 @@ void check_stage(int bn, int dv, int raw_w, int vt_w, int valid, int ilp, std::m
     for (int op0 = w; op0 < ops; op0 += 3 * ilp)
       for (int u = 0; u < ilp; ++u)
         if (u == 0 || op0 + 3 * u < ops) ++taken[op0 + 3 * u];
-  for (int op = 0; op < ops; ++op) expect(taken[op] == 1, "the deal takes each op once", bn, dv, op);
+  for (int op = 0; op < ops; ++op)
+    expect(taken[op] == 1, "the deal takes each op once", bn, dv, op);
 
   for (int op = 0; op < ops; ++op) {
     const uint32_t g = op % groups, d0 = 16 * (op / groups);

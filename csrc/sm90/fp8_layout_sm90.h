@@ -49,6 +49,11 @@ FLASHATTN_HOST_DEVICE constexpr int fp8_pack_idx(int r, int i) {
   return 8 * (r >> 1) + 2 * (r & 1) + 4 * (i >> 1) + (i & 1);
 }
 
+// Row widths of kVChip's stages (FwdConfig's kVRawChunkB and FP8 kVChunkB): raw V rows of dv
+// head-dim bytes in 128-byte chunks where dv is a multiple of 128, else 64; V^T rows of the key
+// block's bn keys likewise.
+FLASHATTN_HOST_DEVICE constexpr int fp8_v_raw_row_bytes(int dv) { return dv % 128 == 0 ? 128 : 64; }
+FLASHATTN_HOST_DEVICE constexpr int fp8_vt_row_bytes(int bn) { return bn % 128 == 0 ? 128 : 64; }
 // kVChip's on-chip transpose (transpose_v_fp8_sm90.cuh), shared with its host check
 // (tools/check_fp8_vchip.cpp). One warp op moves 32 keys (32 g .. 32 g + 31) x 16 head-dim
 // bytes (d0 .. d0 + 15) of a raw V stage (key rows) into the V^T stage (head-dim rows, keys in
@@ -63,11 +68,6 @@ FLASHATTN_HOST_DEVICE constexpr int fp8_pack_idx(int r, int i) {
 //   4 i .. 4 i + 3 (16 bytes of one V^T row). Lanes 16-31 swap their two words (the selectors
 //   of vchip_sel), so matrix s's rows are d0 + 2 i + (i >= 4 ^ s): 8 distinct rows mod 8, no
 //   bank conflict in either swizzle (and the ldmatrix rows are 8 consecutive keys).
-// Row widths of kVChip's stages (FwdConfig's kVRawChunkB and FP8 kVChunkB): raw V rows of dv
-// head-dim bytes in 128-byte chunks where dv is a multiple of 128, else 64; V^T rows of the key
-// block's bn keys likewise.
-FLASHATTN_HOST_DEVICE constexpr int fp8_v_raw_row_bytes(int dv) { return dv % 128 == 0 ? 128 : 64; }
-FLASHATTN_HOST_DEVICE constexpr int fp8_vt_row_bytes(int bn) { return bn % 128 == 0 ? 128 : 64; }
 // Byte b of row `row` of rows of w bytes (128 or 64) in TMA's w-byte swizzle (16-byte unit b / 16
 // XOR row % 8, or (row / 2) % 4).
 FLASHATTN_HOST_DEVICE constexpr uint32_t vchip_swz(int w, int row, int b) {

@@ -12,9 +12,16 @@
 
 namespace flashattn::sm90 {
 
-// kVChip (FP8): the transposing warps (tt < kVtTransposers) walk the tiles and key blocks the loading
-// thread walks; per K / V slot: wait for the raw V stage (TMA) and for the consumers to have
-// released the V^T stage's last use, write V^T (fp8_layout_sm90.h's column order: column 4 q
+// The transposing warps: warps 1-3 of the producer warpgroup (kernel_fwd_sm90.cuh's mbarrier
+// counts of v_full and vraw_empty).
+inline constexpr int kVtTransposers = 96;
+#ifndef FLASHATTN_SM90_FP8_VCHIP_ILP
+#define FLASHATTN_SM90_FP8_VCHIP_ILP 2
+#endif
+
+// kVChip (FP8): the transposing warps (tt < kVtTransposers) walk the tiles and key blocks the
+// loading thread walks; per K / V slot: wait for the raw V stage (TMA) and for the consumers
+// to have released the V^T stage's last use, write V^T (fp8_layout_sm90.h's column order: column 4 q
 // + i holds key vt_key_of(4 q + i), so the four keys 32 g + 16 h + 2 t + {0, 1, 8, 9} of quad
 // q = 8 g + 4 h + t land in one word), fence for the async proxy, release the raw stage and
 // arrive on the V^T stage. A warp op (fp8_layout_sm90.h's vchip_*): one ldmatrix.x4.trans of
@@ -23,12 +30,6 @@ namespace flashattn::sm90 {
 // before their permutes (FLASHATTN_SM90_FP8_VCHIP_ILP: 1 or 2). (The first form, 2026-12-04:
 // 4-byte loads and stores, 16 bytes a lane a step, capped the kernel near 400 TFLOP/s on an
 // H100: the transpose of a stage outlasted the consumers' step.)
-// The transposing warps: warps 1-3 of the producer warpgroup (kernel_fwd_sm90.cuh's mbarrier
-// counts of v_full and vraw_empty).
-inline constexpr int kVtTransposers = 96;
-#ifndef FLASHATTN_SM90_FP8_VCHIP_ILP
-#define FLASHATTN_SM90_FP8_VCHIP_ILP 2
-#endif
 template <class Cfg>
 __device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* smem,
                                                 uint64_t* vraw_full, uint64_t* vraw_empty,

@@ -18,7 +18,7 @@ t0=$(date +%s); DEADLINE=${DEADLINE:-560}
 left() { echo $(( DEADLINE - ($(date +%s) - t0) )); }
 exec > >(tee "$OUT/summary.txt") 2>&1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-python3 -c "import flashattn, torch; print('flashattn', flashattn.__file__, torch.cuda.get_device_name())" ||
+python3 -c "import flashattn, torch; print(flashattn.__file__, torch.cuda.get_device_name())" ||
   { echo "== no usable build here (run the package's build first)"; exit 1; }
 
 step() {  # name, limit (s), command...
