@@ -1,6 +1,6 @@
 // Hopper building blocks of the backward (and the forward's epilogue) beyond primitives_sm90.cuh:
 // shared-memory accesses by 32-bit address (always STS / LDS, never the generic ST.E a lost
-// address space gives; ldmatrix / stmatrix for the FP8 forward's on-chip V^T), bulk reduce-adds
+// address space gives; stmatrix for the FP8 forward's on-chip V^T), bulk reduce-adds
 // into global fp32 (1-D and TMA-tensor), the TMA store, their bulk-group waits, and WGMMA
 // descriptor offsets. Each documents the PTX it emits.
 #pragma once
@@ -26,14 +26,6 @@ __device__ __forceinline__ float2 lds_f32x2(uint32_t addr) {
   return v;
 }
 
-// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: four 8 x 8 b16 matrices, row addresses from
-// lanes 8 j .. 8 j + 7 for matrix j; register j of lane l gets its column l / 4, rows 2 (l % 4)
-// (low half) and + 1. volatile as ld_shared_s32: kept after the mbarrier wait that publishes it.
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 // stmatrix.sync.aligned.m8n8.x4.shared.b16: four 8 x 8 b16 matrices, row addresses from lanes
 // 8 m .. 8 m + 7 for matrix m; row i of matrix m is register m of lanes 4 i .. 4 i + 3 (16 bytes,
 // lane 4 i first, each register's low half first).

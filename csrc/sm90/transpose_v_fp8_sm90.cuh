@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "../sm80/primitives_sm80.cuh"  // ldmatrix_x4_trans
 #include "fp8_layout_sm90.h"
 #include "fwd_config_sm90.cuh"
 #include "primitives_bwd_sm90.cuh"
@@ -71,7 +72,7 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdParams& p, uint8_t* sme
         for (int u = 0; u < kIlp; ++u) {
           const uint32_t op = op0 + kWarps * u, g = op % kGroups, d0 = 16 * (op / kGroups);
           if (u == 0 || op < uint32_t(kOps))
-            ldsm_x4_trans(r[u], raw + vchip_ld_off(ln, kRawW, Cfg::kVRawChunk, g, d0));
+            sm80::ldmatrix_x4_trans(r[u], raw + vchip_ld_off(ln, kRawW, Cfg::kVRawChunk, g, d0));
         }
 #pragma unroll
         for (int u = 0; u < kIlp; ++u) {
