@@ -78,7 +78,7 @@ inline int sm90_det_dq_warps(const BwdParams& p) {
 
 // The sm90 kernel (64, 128 or 256; 0: none) of a call's head-dim bucket: its own, and the
 // buckets 96 and 192 (qk = v) on the next kernel up, its columns past the head dim zero (4 / 3
-// the MMA work of a kernel of their own), 1.43-1.64x the sm80 backward at d 96 / 192 (H100,
+// the MMA work of a kernel of their own), 1.43-1.67x the sm80 backward at d 96 / 192 (H100,
 // 2026-12-06; plain, softcap and ALiBi calls: dropout and deterministic calls there have not
 // run on a GPU, so sm80 takes them); FLASHATTN_SM90_BWD_PAD=0 (read per call) sends all to sm80.
 inline int sm90_bwd_kernel_dim(const BwdParams& p) {
