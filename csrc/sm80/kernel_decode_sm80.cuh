@@ -15,6 +15,13 @@
 #pragma once
 #include "kernel_fwd_sm80.cuh"  // SmemTile, TileCopy, quad_max / quad_sum, the primitives
 
+// Build switch (an A/B lever, 0 by default): the split kernel's K / V copies with an L2
+// prefetch-size hint of 128 or 256 bytes (cp_async_16_pf), so each row's DRAM reads go out as
+// whole blocks (d 128 bf16 rows are 256 bytes). tools/device/decode_patch_ab.sh times it.
+#ifndef FLASHATTN_DECODE_L2_PF
+#define FLASHATTN_DECODE_L2_PF 0
+#endif
+
 namespace flashattn::sm80 {
 
 constexpr int decode_stages(int stage_bytes, int budget) {
@@ -271,8 +278,9 @@ __global__ void __launch_bounds__(T::kThreads)
             const uint32_t o = TileKV::offset(row, chunk);
             const Element* ks = k_head + koff[i] + chunk * 8;
             const Element* vs = v_head + voff[i] + chunk * 8;
-            cp_async_16(dk + o, ok ? static_cast<const void*>(ks) : p.k_ptr, ok);
-            cp_async_16(dv + o, ok ? static_cast<const void*>(vs) : p.k_ptr, ok);
+            constexpr int kPf = FLASHATTN_DECODE_L2_PF;
+            cp_async_16_pf<kPf>(dk + o, ok ? static_cast<const void*>(ks) : p.k_ptr, ok);
+            cp_async_16_pf<kPf>(dv + o, ok ? static_cast<const void*>(vs) : p.k_ptr, ok);
           }
         }
       };
@@ -294,7 +302,8 @@ __global__ void __launch_bounds__(T::kThreads)
         const uint32_t o = TileKV::offset(row, chunk);
         auto copy = [&](uint32_t d, const Element* s, int cols) {
           if (a.vec_ok && col + 8 <= cols) {
-            cp_async_16(d, ok ? static_cast<const void*>(s) : p.k_ptr, ok);
+            cp_async_16_pf<FLASHATTN_DECODE_L2_PF>(d, ok ? static_cast<const void*>(s) : p.k_ptr,
+                                                   ok);
           } else if (col >= cols) {
             cp_async_16(d, p.k_ptr, false);
           } else {

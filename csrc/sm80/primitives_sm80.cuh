@@ -15,6 +15,23 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_size));
 }
+// The same with an L2 prefetch-size hint, kPf = 128 or 256: cp.async.cg.shared.global.L2::<kPf>B
+// (the L2 fetches the whole aligned 128 / 256-byte block holding src from memory; what lands in
+// shared memory is the same). kPf = 0: the plain form above.
+template <int kPf>
+__device__ __forceinline__ void cp_async_16_pf(uint32_t dst, const void* src, bool valid) {
+  static_assert(kPf == 0 || kPf == 128 || kPf == 256, "no hint, or 128 / 256 bytes");
+  const int src_size = valid ? 16 : 0;
+  if constexpr (kPf == 128) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_size));
+  } else if constexpr (kPf == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_size));
+  } else {
+    cp_async_16(dst, src, valid);
+  }
+}
 // cp.async.ca.shared.global [dst], [src], 4, src_bytes (0 = zero fill): one 4-byte word (the
 // backward's LSE and D, the decode kernel's block-table entries).
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
