@@ -1,8 +1,9 @@
 """Build flashattn: two stable-ABI, limited-API extensions, `flashattn._C` and, with CUDA,
 `flashattn._C_cuda` (or one: see FLASHATTN_SPLIT_CUDA).
 
-Build flags (environment variables; each is also a C++ macro and a key of
-flashattn/_build_config.py's BUILD_CONFIG):
+Build flags (environment variables; each but FLASHATTN_FORCE_CUDA is also a C++ macro and a key
+of flashattn/_build_config.py's BUILD_CONFIG; FLASHATTN_HEADDIMS's macro is
+FLASHATTN_HEADDIM_MASK):
   FLASHATTN_DISABLE_CUDA=1      CPU backend only
   FLASHATTN_FORCE_CUDA=1        compile CUDA sources even if the toolkit looks mismatched
   FLASHATTN_DISABLE_SM80=1      no portable CUDA kernels

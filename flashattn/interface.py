@@ -19,9 +19,9 @@ so torch.manual_seed reproduces a call and CUDA-graph replays draw fresh masks) 
 head, row, column); the backward regenerates it. learnable_sink (FA4's name): fp32 (nheads,), a logit per head in the
 units of the scaled scores whose exp joins every row's softmax denominator (a key of value 0);
 softmax_lse includes it, a row that sees no key gets out = 0 and softmax_lse = sink, and the
-sink gets a gradient. Both run on every backend: CPU, and on CUDA the sm80 kernels (dropout:
-forward and backward; on a Hopper GPU a dropout call runs them, the sm90 kernels have no dropout
-yet) and the sm90 ones (sinks); dropout with paged KV (block_table) on CUDA raises.
+sink gets a gradient. Both run on every backend: CPU, and on CUDA the sm80 kernels and, on a
+Hopper GPU, the sm90 ones (their dropout forward and backward on by default; what they do not
+take runs sm80); dropout with paged KV (block_table) on CUDA raises.
 
 FP8 (issue 14; FA3's extension of the interface): flash_attn_func, flash_attn_varlen_func and
 the packed variants take q, k, v of dtype torch.float8_e4m3fn with the keywords q_descale,
@@ -34,8 +34,8 @@ call raises NotImplementedError ("FP8 attention is forward only (issue 14)") whe
 runs (under torch.compile already when the graph is compiled); alibi_slopes, dropout_p > 0,
 learnable_sink, block masks and block_table raise with FP8 inputs on every backend; descales or
 an out_dtype other than q's with 16/32-bit inputs raise (FA3 ignores descales there; a scale is
-never silently dropped here). The CPU backend runs it; CUDA raises a named error until the sm90
-kernel lands (sm80 GPUs: for good).
+never silently dropped here). The CPU backend runs it, and on a Hopper GPU the sm90 FP8
+kernel; other GPUs raise a named error (the kernel is sm_90a code).
 
 Checks on tensors (shapes, dtypes, devices, head dims) are the C++ op's; this layer checks only
 what the op cannot see.
@@ -167,8 +167,8 @@ def flash_attn_func(
             (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
             dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
-        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
-            only for now.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); every
+            backend.
         q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
             fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
             q.float() * q_descale[b, kv head] (module docstring).
@@ -220,8 +220,8 @@ def flash_attn_kvpacked_func(
             (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
             dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
-        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
-            only for now.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); every
+            backend.
         q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
             fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
             q.float() * q_descale[b, kv head] (module docstring).
@@ -272,8 +272,8 @@ def flash_attn_qkvpacked_func(
             (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
             dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
-        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
-            only for now.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); every
+            backend.
         q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
             fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
             q.float() * q_descale[b, kv head] (module docstring).
@@ -338,8 +338,8 @@ def flash_attn_varlen_func(
             (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
             dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
-        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
-            only for now.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); every
+            backend.
         block_table: None, or int32 (batch, max_num_blocks_per_seq) for paged KV (prefill
             from a paged cache): k and v are then (num_blocks, page_block_size, nheads_k,
             headdim / headdim_v), page_block_size a multiple of 16, and sequence b's
@@ -413,8 +413,8 @@ def flash_attn_varlen_kvpacked_func(
             (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
             dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
-        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
-            only for now.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); every
+            backend.
         q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
             fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
             q.float() * q_descale[b, kv head] (module docstring).
@@ -470,8 +470,8 @@ def flash_attn_varlen_qkvpacked_func(
             (batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) in q's
             dtype, the probabilities (the undropped softmax), negated where dropped, 0 where
             masked (flash-attn's S_dmask; no gradient); None without dropout, as in flash-attn.
-        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); CPU
-            only for now.
+        learnable_sink: None, or fp32 (nheads,): the attention sink (module docstring); every
+            backend.
         q_descale, k_descale, v_descale: FP8 only (float8_e4m3fn q, k, v): None (1.0) or
             fp32 scales of shape (batch, nheads_k) or broadcasting to it; the inputs mean
             q.float() * q_descale[b, kv head] (module docstring).
