@@ -12,18 +12,6 @@ from helpers import HEADS, assert_close, kernel_skip_reason, skip_unless_sm90
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def _skip_unless_det_switches(diag, dq2):
-    """The sm90 deterministic backward's opt-in switches FLASHATTN_SM90_DET_DIAG / _DQ2: on an
-    H100 (2026-12-07, benchmarks/results/h100_det_call_4701b26.txt) a test of the diagonal
-    order hung (its first backward had passed against the reference). A likely cause, the two
-    dQ warps' hand-over race (bwd_dq_hand_barrier), was mended since but has not run on a GPU,
-    so their tests run only under FLASHATTN_TEST_DET_SWITCHES=1, where a hang stops nothing
-    else (e.g. `FLASHATTN_TEST_DET_SWITCHES=1 pytest tests/test_cuda.py -k diag`)."""
-    if (diag or dq2) and os.environ.get("FLASHATTN_TEST_DET_SWITCHES") != "1":
-        pytest.skip("FLASHATTN_SM90_DET_DIAG / _DQ2 hung once on an H100 (2026-12-07): run "
-                    "with FLASHATTN_TEST_DET_SWITCHES=1")
-
-
 def _skip(dtype, d, dv=None, backward=True):
     r = kernel_skip_reason("cuda", dtype, d, dv, backward)
     if r:
@@ -186,17 +174,15 @@ def test_deterministic_rotation_chunks_match_reference(hd, sl, heads, chunk, mon
 
 def _sm90_det_case(hd, sl, causal, window, heads, diag, dq2, monkeypatch):
     """A deterministic call on the sm90 backward (FLASHATTN_SM90_DET_BWD=1; diag / dq2 its
-    opt-in switches): the op's choice asserted to be sm90, then against the reference and
-    bitwise over two runs (skipped off Hopper)."""
+    switches FLASHATTN_SM90_DET_DIAG / _DQ2, set either way: both on by default since
+    2026-12-07): the op's choice asserted to be sm90, then against the reference and bitwise
+    over two runs (skipped off Hopper)."""
     from test_attention import run_case, window_for
 
     skip_unless_sm90()
-    _skip_unless_det_switches(diag, dq2)
     monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
-    if diag:
-        monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "1")
-    if dq2:
-        monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
+    monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "1" if diag else "0")
+    monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1" if dq2 else "0")
     H, Hk = HEADS[heads]
     q = torch.empty(2, sl[0], H, hd[0], device="cuda", dtype=torch.bfloat16)
     k = torch.empty(2, sl[1], Hk, hd[0], device="cuda", dtype=torch.bfloat16)
@@ -224,8 +210,9 @@ def test_deterministic_sm90(hd, sl, causal, window, heads, dq2, monkeypatch):
     on an H100, 2026-12-06; FLASHATTN_SM90_DET_BWD=1 set here all the same): its dQ adds in
     key-block order over query blocks visited from the last down, GQA's dK / dV adds in head
     order. The op's choice asserted to be sm90, then against the reference and bitwise over
-    two runs (skipped off Hopper). dq2: two dQ warps taking the blocks in turn
-    (FLASHATTN_SM90_DET_DQ2=1, opt-in)."""
+    two runs (skipped off Hopper). Here in the index order (FLASHATTN_SM90_DET_DIAG=0; the
+    diagonal order, the default for causal masks, below). dq2: two dQ warps taking the blocks in
+    turn (the default; FLASHATTN_SM90_DET_DQ2=0: one)."""
     _sm90_det_case(hd, sl, causal, window, heads, False, dq2, monkeypatch)
 
 
@@ -240,12 +227,12 @@ def test_deterministic_sm90(hd, sl, causal, window, heads, dq2, monkeypatch):
 ])
 @pytest.mark.parametrize("dq2", [False, True], ids=["", "dq2"])
 def test_deterministic_sm90_diag(hd, sl, causal, window, heads, dq2, monkeypatch):
-    """The sm90 deterministic backward's diagonal dQ order (FLASHATTN_SM90_DET_DIAG=1, masks
+    """The sm90 deterministic backward's diagonal dQ order (the default; masks
     bounded on the right only: csrc/sm90/bwd_layout_sm90.h): key blocks launched from the last
     down, each visiting its query blocks from its diagonal up, the higher key blocks adding
     first (sq != sk both ways: with sk > sq several key blocks start at query block 0). The
     op's choice asserted to be sm90, then against the reference and bitwise over two runs
-    (skipped off Hopper). dq2: with two dQ warps (FLASHATTN_SM90_DET_DQ2=1)."""
+    (skipped off Hopper). dq2: with two dQ warps (the default), else one."""
     _sm90_det_case(hd, sl, causal, window, heads, True, dq2, monkeypatch)
 
 
@@ -257,19 +244,18 @@ def test_deterministic_sm90_diag_large(varlen, d, dq2, monkeypatch):
     x 32 or 64 key blocks; varlen with an empty sequence): the waits end (a key block waits only
     on key blocks launched before it), bitwise over two runs, and the same gradients within
     rounding as the other deterministic order (the fp32 sums in another order, then bf16)
-    (skipped off Hopper). dq2: both with two dQ warps (FLASHATTN_SM90_DET_DQ2=1)."""
+    (skipped off Hopper). dq2: both with two dQ warps (the default), else one."""
     skip_unless_sm90()
-    _skip_unless_det_switches(True, dq2)
     monkeypatch.setenv("FLASHATTN_SM90_DET_BWD", "1")
-    if dq2:
-        monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1")
+    monkeypatch.setenv("FLASHATTN_SM90_DET_DQ2", "1" if dq2 else "0")
     f, q, k, v, dout = _large_gqa_call(varlen, d, True)
 
     def grads():
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
         return torch.autograd.grad(f(qg, kg, vg), (qg, kg, vg), dout)
 
-    other = grads()  # the other order (FLASHATTN_SM90_DET_DIAG unset)
+    monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "0")
+    other = grads()  # the index order
     monkeypatch.setenv("FLASHATTN_SM90_DET_DIAG", "1")
     _assert_bitwise_twice(f, q, k, v, dout)
     for name, a, b in zip(("dq", "dk", "dv"), grads(), other):

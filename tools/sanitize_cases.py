@@ -157,33 +157,25 @@ def sm90_cases():
     run_padded(1, 333, 517, 4, 2, 256, 256, bf16, dropout_p=0.2, causal=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, fp16, dropout_p=0.15)
     del os.environ["FLASHATTN_SM90_DROPOUT_BWD_D256"]
-    # The deterministic variant (off by default until verified: switched on here): dQ in key
-    # block order, GQA's dK / dV in head order; causal, a window, varlen with an empty sequence
+    # The deterministic variant (the default on Hopper; set here all the same): dQ in key block
+    # order, GQA's dK / dV in head order. First with one dQ warp in the index order
+    # (FLASHATTN_SM90_DET_DIAG=0, _DQ2=0): causal, a window, varlen with an empty sequence;
+    # then the defaults since 2026-12-07, the diagonal dQ order (causal, sk > sq and sq > sk, a
+    # right-only window, varlen with an empty sequence) with two dQ warps, and two dQ warps in
+    # the index order (a two-sided window, non-causal).
     os.environ["FLASHATTN_SM90_DET_BWD"] = "1"
+    os.environ["FLASHATTN_SM90_DET_DIAG"] = "0"
+    os.environ["FLASHATTN_SM90_DET_DQ2"] = "0"
     run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True, deterministic=True)
     run_padded(1, 500, 650, 4, 1, 64, 64, fp16, window_size=(100, 20), deterministic=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True, deterministic=True)
+    del os.environ["FLASHATTN_SM90_DET_DIAG"], os.environ["FLASHATTN_SM90_DET_DQ2"]
+    run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True, deterministic=True)
+    run_padded(1, 517, 333, 4, 1, 64, 64, fp16, window_size=(-1, 20), deterministic=True)
+    run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True, deterministic=True)
+    run_padded(1, 500, 650, 4, 1, 64, 64, fp16, window_size=(100, 20), deterministic=True)
+    run_padded(1, 333, 517, 4, 2, 256, 256, bf16, deterministic=True)
     del os.environ["FLASHATTN_SM90_DET_BWD"]
-    # Its opt-in switches (FLASHATTN_SM90_DET_DIAG=1, the diagonal dQ order: causal, sk > sq
-    # and sq > sk, a right-only window, varlen with an empty sequence; FLASHATTN_SM90_DET_DQ2=1,
-    # two dQ warps: both orders, d 128 and 256), only under FLASHATTN_TEST_DET_SWITCHES=1: a
-    # test of them hung once on an H100 (2026-12-07), where these cases had run clean.
-    if os.environ.get("FLASHATTN_TEST_DET_SWITCHES") == "1":
-        os.environ["FLASHATTN_SM90_DET_BWD"] = "1"
-        os.environ["FLASHATTN_SM90_DET_DIAG"] = "1"
-        run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True, deterministic=True)
-        run_padded(1, 517, 333, 4, 1, 64, 64, fp16, window_size=(-1, 20), deterministic=True)
-        run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True,
-                   deterministic=True)
-        os.environ["FLASHATTN_SM90_DET_DQ2"] = "1"
-        run_padded(1, 300, 420, 4, 2, 128, 128, bf16, causal=True, deterministic=True)
-        run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 256, bf16, causal=True,
-                   deterministic=True)
-        del os.environ["FLASHATTN_SM90_DET_DIAG"]
-        run_padded(1, 500, 650, 4, 1, 64, 64, fp16, window_size=(100, 20), deterministic=True)
-        run_padded(1, 333, 517, 4, 2, 256, 256, bf16, deterministic=True)
-        del os.environ["FLASHATTN_SM90_DET_DQ2"]
-        del os.environ["FLASHATTN_SM90_DET_BWD"]
     # The buckets 96 and 192 on the next backward kernel up (the default since 2026-12-06)
     run_padded(1, 333, 517, 4, 2, 80, 80, bf16, causal=True)
     run_varlen([130, 0, 257], [300, 5, 199], 4, 2, 160, fp16)

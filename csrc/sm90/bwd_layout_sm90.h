@@ -46,14 +46,14 @@ FLASHATTN_HOST_DEVICE QueryBlockRange bwd_query_blocks(const MaskInfo& mi, int n
 
 // Deterministic mode: the key blocks that visit a query block add into its dQ one at a time in
 // a fixed order, each waiting on the block's semaphore for its turn (bwd_dq_warp). Two orders:
-// - the diagonal order, for masks that bound keys on the right only (causal; bwd_det_diag;
-//   taken under FLASHATTN_SM90_DET_DIAG=1 until a GPU has run it): FA3's order. Key blocks are
-//   dispatched from the last down (bwd_det_n_block), each visits its query blocks from its
-//   diagonal up, and at a query block the higher key blocks add first. Key block n reaches
-//   query block m at its step m - m_lo(n), the later the lower n: arrivals come in turn order,
-//   and the key blocks resident together are at different query blocks at any time. (In the
-//   other order every resident key block of a (head, sequence) starts at the last query block,
-//   so their adds there go one after another: H100, d 256 causal, 0.69 of the default.)
+// - the diagonal order, for masks that bound keys on the right only (causal; bwd_det_diag; the
+//   default since 2026-12-07; FLASHATTN_SM90_DET_DIAG=0 takes the index order): FA3's order. Key
+//   blocks are dispatched from the last down (bwd_det_n_block), each visits its query blocks from
+//   its diagonal up, and at a query block the higher key blocks add first. Key block n reaches
+//   query block m at its step m - m_lo(n), the later the lower n: arrivals come in turn order, and
+//   the key blocks resident together are at different query blocks at any time. (In the other order
+//   every resident key block of a (head, sequence) starts at the last query block, so their adds
+//   there go one after another: H100, d 256 causal, 0.69 of the default.)
 // - otherwise: key blocks dispatched in index order, each visiting its query blocks from the
 //   last down, the lower key blocks adding first (with a left window the key blocks' last query
 //   blocks differ, which staggers them).

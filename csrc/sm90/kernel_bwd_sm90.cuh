@@ -240,14 +240,14 @@ __device__ __forceinline__ void bwd_load_warp(const BwdParams& p, const BwdMaps&
 // index order), adds, waits for the adds to complete and counts itself (sm80's sem_wait /
 // sem_release). Each waits only on key blocks dispatched before it (bwd_block_coord,
 // bwd_m_block's visiting order), so the waits end.
-// Deterministic calls with BwdArgs::det_dq_warps 2 (FLASHATTN_SM90_DET_DQ2=1): warps 1 and 2
-// take the iterations in turn (first, first + 2, ...), handing the dQ stages over in order
-// through one named barrier per receiving warp (bwd_dq_hand_barrier; a single shared one could
-// pair a warp with itself: found in review after a test of these switches hung on an H100,
-// 2026-12-07; the host check simulates both), and each hands a stage back once read,
-// then waits for its adds to complete and counts itself, while the other warp takes the next
-// block: the completion's latency (an L2 round trip under every SM's reduce traffic) leaves
-// the consumers' path.
+// Deterministic calls with BwdArgs::det_dq_warps 2 (the default; FLASHATTN_SM90_DET_DQ2=0: one
+// warp): warps 1 and 2 take the iterations in turn (first, first + 2, ...), handing the dQ stages
+// over in order through one named barrier per receiving warp (bwd_dq_hand_barrier; a single shared
+// one could pair a warp with itself: found in review after a test of these switches hung on an
+// H100, 2026-12-07; the host check simulates both), and each hands a stage back once read, then
+// waits for its adds to complete and counts itself, while the other warp takes the next block: the
+// completion's latency (an L2 round trip under every SM's reduce traffic) leaves the consumers'
+// path.
 template <class Cfg, bool kDet = false, class MBlock>
 __device__ __forceinline__ void bwd_dq_warp(const sm80::BwdArgs& args, const BwdMaps& maps,
                                             uint32_t smem0, const SeqInfo& si, const MaskInfo& mi,

@@ -60,20 +60,22 @@ inline int64_t bwd_sparse_smem_bytes(const BwdParams& p, int64_t cap) {
 // (read per call) sends deterministic backwards to sm80.
 inline bool sm90_det_bwd_enabled() { return !env_is("FLASHATTN_SM90_DET_BWD", '0'); }
 // The deterministic backward's diagonal dQ order (bwd_layout_sm90.h: causal masks; FA3's
-// order) under FLASHATTN_SM90_DET_DIAG=1 (read per call; opt-in until a GPU has run it; written
-// 2026-12-07): on the H100 the other order ran d 256 causal at 0.69 of the default backward,
-// every key block of a (head, sequence) adding at the same query block at the same step.
+// order), on by default since its tests passed on an H100 (2026-12-07, eighth session, with the
+// two dQ warps below: no hang, bitwise over two runs); FLASHATTN_SM90_DET_DIAG=0 (read per call)
+// takes the index order. The index order ran d 256 causal at 0.64-0.82 of the default backward
+// (every key block of a (head, sequence) adding at the same query block at the same step),
+// with both switches 0.88-0.95 (benchmarks/NOTES.md, 2026-12-07 eighth session).
 inline bool sm90_det_diag_call(const BwdParams& p) {
   return p.deterministic && bwd_det_diag(p.window_left, p.window_right) &&
-         env_is("FLASHATTN_SM90_DET_DIAG", '1');
+         !env_is("FLASHATTN_SM90_DET_DIAG", '0');
 }
-// The deterministic backward's two dQ warps (bwd_dq_warp) under FLASHATTN_SM90_DET_DQ2=1 (read
-// per call; opt-in until a GPU has run it; written 2026-12-07): a block's adds complete while
-// the other warp takes the next block. On the H100 the one-warp path ran d 256 non-causal 8k /
-// 16k at 0.82 of the default, as a model does where an add's completion (~4 us) outlasts a
-// block's compute (~3.4 us; benchmarks/notes/det_order_model_20261207.py).
+// The deterministic backward's two dQ warps (bwd_dq_warp), on by default (as above);
+// FLASHATTN_SM90_DET_DQ2=0 (read per call) keeps one: a block's adds complete while the other
+// warp takes the next block. With one warp d 256 non-causal ran at 0.77-0.85 of the default
+// (H100), as a model does where an add's completion (~4 us) outlasts a block's compute
+// (~3.4 us; benchmarks/notes/det_order_model_20261207.py); with two 0.83-1.08.
 inline int sm90_det_dq_warps(const BwdParams& p) {
-  return p.deterministic && env_is("FLASHATTN_SM90_DET_DQ2", '1') ? 2 : 1;
+  return p.deterministic && !env_is("FLASHATTN_SM90_DET_DQ2", '0') ? 2 : 1;
 }
 
 // The sm90 kernel (64, 128 or 256; 0: none) of a call's head-dim bucket: its own, and the
