@@ -125,6 +125,12 @@ inline bool sm90_fp8_long_keys(int64_t keys, int min_keys) {
 // the H200 and it timed +10% / +13% at d 64 causal 512 / 1k (2026-12-04, e001a1e);
 // FLASHATTN_SM90_SHORT_LOCAL=0 turns it off (read per call, for the A/B).
 inline bool sm90_short_local_enabled() { return !env_is("FLASHATTN_SM90_SHORT_LOCAL", '0'); }
+// The calls a short local tile (bf16 fwd_tile_short_local, FP8 fwd_tile_fp8_short_local) takes
+// by shape: causal or windowed, at most kShortLocalRows query rows (each caller adds its own
+// conditions: no dropout or score transform, its switch).
+inline bool fwd_short_local_shape(const FwdParams& p) {
+  return (p.window_left >= 0 || p.window_right >= 0) && p.seqlen_q <= kShortLocalRows;
+}
 
 // The head-dim variant of a call: its head dims' (FP8: rounded up to multiples of 8, the
 // staging pass and the epilogue take any) first variant, -1 when none holds them.
@@ -420,8 +426,7 @@ void run_fwd_hdim(const FwdParams& p, cudaStream_t stream) {
   }
   if constexpr (kShort.block_m > 0) {
     const bool plain = p.dropout_threshold <= 0 && !fwd_score_mod(p);
-    const bool local = p.window_left >= 0 || p.window_right >= 0;
-    if (plain && local && p.seqlen_q <= kShortLocalRows && sm90_short_local_enabled()) {
+    if (plain && fwd_short_local_shape(p) && sm90_short_local_enabled()) {
       using Short = FwdConfig<kD, kDv, kShort.block_m, kShort.block_n, kShort.stages,
                               kShort.schedule, 0, 0, fwd_v_late(kD, kDv)>;
       launch_fwd_sm90_kernel<Short, Element, false>(p, stream, {});
@@ -475,9 +480,7 @@ void run_fwd_fp8_hdim(const FwdParams& p, cudaStream_t stream) {
   }
   constexpr FwdTile kShort = fwd_tile_fp8_short_local(kD, kDv);
   if constexpr (kShort.block_m > 0) {
-    const bool local = q.window_left >= 0 || q.window_right >= 0;
-    if (!vchip && !fwd_score_mod(q) && local && q.seqlen_q <= kShortLocalRows &&
-        sm90_fp8_short_enabled()) {
+    if (!vchip && !fwd_score_mod(q) && fwd_short_local_shape(q) && sm90_fp8_short_enabled()) {
       launch_fwd_sm90_kernel<FwdConfigFp8<kD, kDv, 0, kFp8Short>, Out, false>(q, stream, {}, vt);
       return;
     }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One call (2026-12-07, sixth session): the deterministic backward's switches
 # (FLASHATTN_SM90_DET_DIAG / _DQ2; opt-in then, the default since this call's run in the eighth
-# session, so FLASHATTN_TEST_DET_SWITCHES no longer gates their tests), which hung once on an
-# H100, tested one group at a time under a time limit, then `tests -k cuda`. Beside the package's build (the machine's own
+# session; their tests set them either way), which hung once on an H100, tested one group at a
+# time under a time limit, then `tests -k cuda`. Beside the package's build (the machine's own
 # environment), a debugging build in a copy (-DFLASHATTN_SM90_DET_DEBUG=1: the semaphore waits
 # give up after 2 s, print where they were and go on, so a hang becomes a failing test with a
 # place; it bounds the semaphore waits, not a named barrier's); a group that times out on the
@@ -43,7 +43,7 @@ det_group() {  # name, tree, -k expression, limit (s)
   local lim=$4
   [ "$lim" -gt "$(left)" ] && lim=$(left)
   if [ "$lim" -lt 20 ]; then echo "== det $1: no time left"; return 99; fi
-  FLASHATTN_TEST_DET_SWITCHES=1 PYTHONPATH=$2 timeout -s INT -k 10 $lim \
+  PYTHONPATH=$2 timeout -s INT -k 10 $lim \
     bash -c "cd $2 && exec python3 -m pytest -x -v -p no:cacheprovider -o faulthandler_timeout=30 \
       tests/test_cuda.py -k '$3'" > $L/det_$1.log 2>&1
   local rc=$?
